@@ -1,0 +1,47 @@
+# The README's two commands: `make run` and `make test`.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+CONFIG ?= configs/gateway.yaml
+ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so
+export ONNXRUNTIME_LIB ?= $(ORT_LIB)
+
+.PHONY: setup setup-test build run test test-short fuzz bench check vet clean
+
+setup:
+	scripts/setup.sh
+
+setup-test:
+	scripts/setup.sh test
+
+build:
+	$(GO) build -trimpath -o bin/gateway ./cmd/gateway
+	$(GO) build -trimpath -o bin/loadtest ./cmd/loadtest
+
+run: setup build
+	bin/gateway -config $(CONFIG)
+
+check: build
+	bin/gateway -config $(CONFIG) -check
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+
+# The whole suite: vet, race-enabled tests (real ONNX Runtime, real HTTP listener, ../shared
+# data), every benchmark once so they keep compiling, and a short run of each fuzz target.
+test: setup-test build vet
+	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
+	$(MAKE) fuzz FUZZTIME=10s
+
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for pkg in ./gateway ./preprocess; do \
+	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,485 @@
+package configs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole gateway configuration. The first model is the default one served on
+// /predict/.
+type Config struct {
+	Server      Server      `yaml:"server"`
+	ONNXRuntime ONNXRuntime `yaml:"onnxruntime"`
+	Models      []Model     `yaml:"models"`
+}
+
+// Server configures the HTTP front end.
+type Server struct {
+	Listen string `yaml:"listen"`
+	// MaxBodyBytes bounds a request body (413 above it). Default 16 MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// ReadTimeout and WriteTimeout bound reading a request and writing a response. Defaults 30s.
+	ReadTimeout  Duration `yaml:"read_timeout"`
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle longer than this. Default 120s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// ShutdownTimeout bounds the graceful drain on SIGTERM. Default 30s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// DecodeWorkers bounds how many images are decoded at once. Default: the number of CPUs.
+	DecodeWorkers int `yaml:"decode_workers"`
+	// MaxConnections bounds concurrent connections. Default 10000.
+	MaxConnections int `yaml:"max_connections"`
+	// QueueFullStatus is the status of a request refused because a queue is full: 503 or 429.
+	QueueFullStatus int `yaml:"queue_full_status"`
+	// RetryAfter is the Retry-After value, in whole seconds, sent with that status. Default 1s.
+	RetryAfter Duration `yaml:"retry_after"`
+}
+
+// ONNXRuntime locates the ONNX Runtime shared library.
+type ONNXRuntime struct {
+	// Library is the path of libonnxruntime.so. Empty: the ONNXRUNTIME_LIB environment variable,
+	// then .deps/onnxruntime/ beside the binary's parent folder, then the system's search path.
+	Library string `yaml:"library"`
+}
+
+// Model configures one served model.
+type Model struct {
+	Name       string     `yaml:"name"`
+	Path       string     `yaml:"path"`
+	Labels     string     `yaml:"labels"`
+	Input      Input      `yaml:"input"`
+	Output     Output     `yaml:"output"`
+	Preprocess Preprocess `yaml:"preprocess"`
+	Batching   Batching   `yaml:"batching"`
+	Runtime    Runtime    `yaml:"runtime"`
+}
+
+// Input describes the model's image input.
+type Input struct {
+	Name   string `yaml:"name"`
+	Width  int    `yaml:"width"`
+	Height int    `yaml:"height"`
+	// Layout is NCHW (default) or NHWC.
+	Layout string `yaml:"layout"`
+}
+
+// Output names the model's score output ([N, classes]).
+type Output struct {
+	Name string `yaml:"name"`
+}
+
+// Preprocess describes how an image becomes the model's input.
+type Preprocess struct {
+	// Mode: shorter_side (torchvision: resize the shorter side, center crop; default), stretch
+	// (resize to the input size ignoring the aspect ratio).
+	Mode string `yaml:"mode"`
+	// Resize is the shorter side's length before the crop (shorter_side mode). Default 256.
+	Resize int `yaml:"resize"`
+	// Crop is the center crop's size; it must equal the input's width and height.
+	Crop int       `yaml:"crop"`
+	Mean []float32 `yaml:"mean"`
+	Std  []float32 `yaml:"std"`
+	// Scale: normalized (default) feeds (x/255-mean)/std; raw feeds 0..255 values, for models
+	// that embed their own normalization.
+	Scale string `yaml:"scale"`
+	// MaxPixels refuses images whose header declares more pixels. Default 50,000,000.
+	MaxPixels int64 `yaml:"max_pixels"`
+}
+
+// Batching configures the model's dynamic batcher.
+type Batching struct {
+	MaxBatchSize  int      `yaml:"max_batch_size"`
+	MaxQueueDelay Duration `yaml:"max_queue_delay"`
+	MaxQueueSize  int      `yaml:"max_queue_size"`
+	// PreferredBatchSizes: dispatch as soon as one of these sizes can be formed.
+	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
+	// DefaultTimeout bounds a request's wait and run; a request may only shorten it. 0: 30s.
+	DefaultTimeout Duration `yaml:"default_timeout"`
+	// Priorities is the number of priority levels (0 or 1: none).
+	Priorities int `yaml:"priorities"`
+	// Adaptive, when its latency_target is set, sizes the window from measured service time.
+	Adaptive Adaptive `yaml:"adaptive"`
+}
+
+// Adaptive configures the adaptive batch window.
+type Adaptive struct {
+	LatencyTarget Duration `yaml:"latency_target"`
+}
+
+// Runtime configures the ONNX Runtime sessions of a model.
+type Runtime struct {
+	// Instances is the number of sessions, each with its own batch loop. Default 1.
+	Instances      int `yaml:"instances"`
+	IntraOpThreads int `yaml:"intra_op_threads"`
+	InterOpThreads int `yaml:"inter_op_threads"`
+	// GraphOptimization: disabled, basic, extended or all (default).
+	GraphOptimization string `yaml:"graph_optimization"`
+	// OptimizedModelPath, when set, makes ORT write the optimized graph there.
+	OptimizedModelPath string `yaml:"optimized_model_path"`
+	// ExecutionProvider: cpu (default), cuda or tensorrt.
+	ExecutionProvider string `yaml:"execution_provider"`
+}
+
+// Load reads, defaults and validates the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot resolve config path %q: %w", path, err)
+	}
+	cfg, err := Parse(data, filepath.Dir(abs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML strictly, resolves relative paths against dir, applies defaults and
+// validates the result.
+func Parse(data []byte, dir string) (*Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("config is empty")
+		}
+		return nil, fmt.Errorf("cannot parse config: %w", err)
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("cannot parse config: more than one YAML document")
+	}
+	cfg.resolvePaths(dir)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func (c *Config) resolvePaths(dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	c.ONNXRuntime.Library = abs(c.ONNXRuntime.Library)
+	for i := range c.Models {
+		m := &c.Models[i]
+		m.Path = abs(m.Path)
+		m.Labels = abs(m.Labels)
+		m.Runtime.OptimizedModelPath = abs(m.Runtime.OptimizedModelPath)
+	}
+}
+
+func (c *Config) setDefaults() {
+	s := &c.Server
+	if s.Listen == "" {
+		s.Listen = "127.0.0.1:8080"
+	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = 16 << 20
+	}
+	if s.ReadTimeout == 0 {
+		s.ReadTimeout = Duration(30 * time.Second)
+	}
+	if s.WriteTimeout == 0 {
+		s.WriteTimeout = Duration(30 * time.Second)
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = Duration(120 * time.Second)
+	}
+	if s.ShutdownTimeout == 0 {
+		s.ShutdownTimeout = Duration(30 * time.Second)
+	}
+	if s.DecodeWorkers == 0 {
+		s.DecodeWorkers = runtime.NumCPU()
+	}
+	if s.MaxConnections == 0 {
+		s.MaxConnections = 10000
+	}
+	if s.QueueFullStatus == 0 {
+		s.QueueFullStatus = 503
+	}
+	if s.RetryAfter == 0 {
+		s.RetryAfter = Duration(time.Second)
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.Input.Name == "" {
+			m.Input.Name = "input"
+		}
+		if m.Input.Width == 0 {
+			m.Input.Width = 224
+		}
+		if m.Input.Height == 0 {
+			m.Input.Height = m.Input.Width
+		}
+		if m.Input.Layout == "" {
+			m.Input.Layout = "NCHW"
+		}
+		if m.Output.Name == "" {
+			m.Output.Name = "output"
+		}
+		p := &m.Preprocess
+		if p.Mode == "" {
+			p.Mode = "shorter_side"
+		}
+		if p.Resize == 0 {
+			p.Resize = 256
+		}
+		if p.Crop == 0 {
+			p.Crop = m.Input.Width
+		}
+		if p.Mean == nil {
+			p.Mean = []float32{0.485, 0.456, 0.406}
+		}
+		if p.Std == nil {
+			p.Std = []float32{0.229, 0.224, 0.225}
+		}
+		if p.Scale == "" {
+			p.Scale = "normalized"
+		}
+		if p.MaxPixels == 0 {
+			p.MaxPixels = 50_000_000
+		}
+		b := &m.Batching
+		if b.MaxBatchSize == 0 {
+			b.MaxBatchSize = 32
+		}
+		if b.MaxQueueSize == 0 {
+			b.MaxQueueSize = 1024
+		}
+		if b.DefaultTimeout == 0 {
+			b.DefaultTimeout = Duration(30 * time.Second)
+		}
+		r := &m.Runtime
+		if r.Instances == 0 {
+			r.Instances = 1
+		}
+		if r.IntraOpThreads == 0 {
+			r.IntraOpThreads = 1
+		}
+		if r.InterOpThreads == 0 {
+			r.InterOpThreads = 1
+		}
+		if r.GraphOptimization == "" {
+			r.GraphOptimization = "all"
+		}
+		if r.ExecutionProvider == "" {
+			r.ExecutionProvider = "cpu"
+		}
+	}
+}
+
+// Validate reports every problem found, each naming its field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	s := &c.Server
+	if _, _, err := splitHostPort(s.Listen); err != nil {
+		bad("server.listen", "%v", err)
+	}
+	if s.MaxBodyBytes < 1024 {
+		bad("server.max_body_bytes", "must be at least 1KiB, got %d", s.MaxBodyBytes)
+	}
+	for name, d := range map[string]Duration{"read_timeout": s.ReadTimeout, "write_timeout": s.WriteTimeout,
+		"idle_timeout": s.IdleTimeout, "shutdown_timeout": s.ShutdownTimeout, "retry_after": s.RetryAfter} {
+		if d < 0 {
+			bad("server."+name, "must not be negative, got %s", d)
+		}
+	}
+	if s.DecodeWorkers < 0 {
+		bad("server.decode_workers", "must not be negative, got %d", s.DecodeWorkers)
+	}
+	if s.MaxConnections < 0 {
+		bad("server.max_connections", "must not be negative, got %d", s.MaxConnections)
+	}
+	if s.QueueFullStatus != 503 && s.QueueFullStatus != 429 {
+		bad("server.queue_full_status", "must be 503 or 429, got %d", s.QueueFullStatus)
+	}
+	if len(c.Models) == 0 {
+		bad("models", "at least one model is required")
+	}
+	seen := map[string]bool{}
+	for i := range c.Models {
+		m := &c.Models[i]
+		f := fmt.Sprintf("models[%d]", i)
+		if m.Name != "" {
+			f = fmt.Sprintf("models[%d] (%s)", i, m.Name)
+		}
+		switch {
+		case m.Name == "":
+			bad(f+".name", "is required")
+		case !validName(m.Name):
+			bad(f+".name", "%q may hold only letters, digits, '.', '_' and '-'", m.Name)
+		case seen[m.Name]:
+			bad(f+".name", "%q is used by another model", m.Name)
+		}
+		seen[m.Name] = true
+		if m.Path == "" {
+			bad(f+".path", "is required")
+		}
+		if m.Input.Width < 8 || m.Input.Width > 8192 {
+			bad(f+".input.width", "must be in [8, 8192], got %d", m.Input.Width)
+		}
+		if m.Input.Height < 8 || m.Input.Height > 8192 {
+			bad(f+".input.height", "must be in [8, 8192], got %d", m.Input.Height)
+		}
+		if m.Input.Layout != "NCHW" && m.Input.Layout != "NHWC" {
+			bad(f+".input.layout", "must be NCHW or NHWC, got %q", m.Input.Layout)
+		}
+		p := &m.Preprocess
+		switch p.Mode {
+		case "shorter_side":
+			if p.Crop != m.Input.Width || p.Crop != m.Input.Height {
+				bad(f+".preprocess.crop", "must equal input.width and input.height (%dx%d), got %d", m.Input.Width, m.Input.Height, p.Crop)
+			}
+			if p.Resize < p.Crop {
+				bad(f+".preprocess.resize", "must be at least preprocess.crop (%d), got %d", p.Crop, p.Resize)
+			}
+		case "stretch":
+		default:
+			bad(f+".preprocess.mode", "must be shorter_side or stretch, got %q", p.Mode)
+		}
+		if p.Scale != "normalized" && p.Scale != "raw" {
+			bad(f+".preprocess.scale", "must be normalized or raw, got %q", p.Scale)
+		}
+		if len(p.Mean) != 3 {
+			bad(f+".preprocess.mean", "must have 3 values (R, G, B), got %d", len(p.Mean))
+		}
+		if len(p.Std) != 3 {
+			bad(f+".preprocess.std", "must have 3 values (R, G, B), got %d", len(p.Std))
+		}
+		for j, v := range p.Std {
+			if v <= 0 {
+				bad(fmt.Sprintf("%s.preprocess.std[%d]", f, j), "must be positive, got %g", v)
+			}
+		}
+		if p.MaxPixels < 1 {
+			bad(f+".preprocess.max_pixels", "must be positive, got %d", p.MaxPixels)
+		}
+		b := &m.Batching
+		if b.MaxBatchSize < 1 || b.MaxBatchSize > 4096 {
+			bad(f+".batching.max_batch_size", "must be in [1, 4096], got %d", b.MaxBatchSize)
+		}
+		if b.MaxQueueDelay < 0 {
+			bad(f+".batching.max_queue_delay", "must not be negative, got %s", b.MaxQueueDelay)
+		}
+		if b.MaxQueueSize < 1 {
+			bad(f+".batching.max_queue_size", "must be at least 1, got %d", b.MaxQueueSize)
+		}
+		for j, n := range b.PreferredBatchSizes {
+			if n < 1 || n > b.MaxBatchSize {
+				bad(fmt.Sprintf("%s.batching.preferred_batch_sizes[%d]", f, j), "must be in [1, max_batch_size=%d], got %d", b.MaxBatchSize, n)
+			}
+		}
+		if b.DefaultTimeout < 0 {
+			bad(f+".batching.default_timeout", "must not be negative, got %s", b.DefaultTimeout)
+		}
+		if b.Priorities < 0 || b.Priorities > 16 {
+			bad(f+".batching.priorities", "must be in [0, 16], got %d", b.Priorities)
+		}
+		if b.Adaptive.LatencyTarget < 0 {
+			bad(f+".batching.adaptive.latency_target", "must not be negative, got %s", b.Adaptive.LatencyTarget)
+		}
+		r := &m.Runtime
+		if r.Instances < 1 || r.Instances > 64 {
+			bad(f+".runtime.instances", "must be in [1, 64], got %d", r.Instances)
+		}
+		if r.IntraOpThreads < 1 || r.IntraOpThreads > 256 {
+			bad(f+".runtime.intra_op_threads", "must be in [1, 256], got %d", r.IntraOpThreads)
+		}
+		if r.InterOpThreads < 1 || r.InterOpThreads > 256 {
+			bad(f+".runtime.inter_op_threads", "must be in [1, 256], got %d", r.InterOpThreads)
+		}
+		switch r.GraphOptimization {
+		case "disabled", "basic", "extended", "all":
+		default:
+			bad(f+".runtime.graph_optimization", "must be disabled, basic, extended or all, got %q", r.GraphOptimization)
+		}
+		switch r.ExecutionProvider {
+		case "cpu", "cuda", "tensorrt":
+		default:
+			bad(f+".runtime.execution_provider", "must be cpu, cuda or tensorrt, got %q", r.ExecutionProvider)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Model returns the model named name, or nil.
+func (c *Config) Model(name string) *Model {
+	for i := range c.Models {
+		if c.Models[i].Name == name {
+			return &c.Models[i]
+		}
+	}
+	return nil
+}
+
+// LoadLabels reads a label file: a JSON array of strings, or one label per line.
+func LoadLabels(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read labels: %w", err)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var labels []string
+		if err := json.Unmarshal(trimmed, &labels); err != nil {
+			return nil, fmt.Errorf("cannot parse labels %s as a JSON array of strings: %w", path, err)
+		}
+		return labels, nil
+	}
+	var labels []string
+	for _, line := range strings.Split(strings.TrimRight(string(data), "\r\n"), "\n") {
+		labels = append(labels, strings.TrimRight(line, "\r"))
+	}
+	if len(labels) == 1 && labels[0] == "" {
+		return nil, fmt.Errorf("labels file %s is empty", path)
+	}
+	return labels, nil
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func splitHostPort(s string) (string, string, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return "", "", fmt.Errorf("%q is not HOST:PORT", s)
+	}
+	port := s[i+1:]
+	if port == "" {
+		return "", "", fmt.Errorf("%q has no port", s)
+	}
+	for _, r := range port {
+		if r < '0' || r > '9' {
+			return "", "", fmt.Errorf("%q has a bad port %q", s, port)
+		}
+	}
+	return s[:i], port, nil
+}

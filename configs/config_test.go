@@ -1,0 +1,94 @@
+package configs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestShippedConfigLoads(t *testing.T) {
+	cfg, err := Load("gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Models[0]
+	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 32 || m.Batching.MaxQueueDelay.D() != 2*time.Millisecond ||
+		m.Batching.MaxQueueSize != 1024 || m.Runtime.Instances != 1 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
+		t.Fatalf("unexpected values: %+v", m)
+	}
+	if !filepath.IsAbs(m.Path) || !strings.HasSuffix(m.Path, filepath.Join("models", "mobilenet_v3_small", "model.onnx")) {
+		t.Fatalf("path not resolved against the config's folder: %s", m.Path)
+	}
+	if _, err := os.Stat(m.Path); err != nil {
+		t.Fatalf("default model missing: %v", err)
+	}
+	labels, err := LoadLabels(m.Labels)
+	if err != nil || len(labels) != 11 || labels[0] != "dew" || labels[10] != "snow" {
+		t.Fatalf("labels = %v, %v", labels, err)
+	}
+	if cfg.Server.Listen != "127.0.0.1:8080" || cfg.Server.QueueFullStatus != 503 || cfg.Server.MaxBodyBytes != 16<<20 {
+		t.Fatalf("server = %+v", cfg.Server)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("models:\n  - name: m\n    path: m.onnx\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Models[0]
+	if m.Path != "/x/m.onnx" || m.Input.Name != "input" || m.Output.Name != "output" || m.Input.Layout != "NCHW" ||
+		m.Preprocess.Mode != "shorter_side" || m.Preprocess.Scale != "normalized" || m.Preprocess.Crop != 224 ||
+		m.Batching.MaxBatchSize != 32 || m.Batching.DefaultTimeout.D() != 30*time.Second || m.Runtime.GraphOptimization != "all" {
+		t.Fatalf("defaults: %+v", m)
+	}
+}
+
+func TestStrictAndValidation(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"server:\n  listen: x:1\n  lisen: y\nmodels: [{name: m, path: p}]\n", "field lisen not found"},
+		{"models: [{name: m, path: p, batching: {max_batch_sise: 3}}]\n", "field max_batch_sise not found"},
+		{"models: []\n", "models: at least one model"},
+		{"models: [{name: m, path: p, batching: {max_batch_size: -1}}]\n", "batching.max_batch_size"},
+		{"models: [{name: m, path: p, batching: {max_queue_delay: 2 ms}}]\n", "cannot parse duration"},
+		{"models: [{name: m, path: p, batching: {max_queue_delay: -2ms}}]\n", "max_queue_delay: must not be negative"},
+		{"models: [{name: m, path: p, batching: {preferred_batch_sizes: [4, 64]}}]\n", "preferred_batch_sizes[1]"},
+		{"models: [{name: m, path: p, preprocess: {mean: [1, 2]}}]\n", "preprocess.mean: must have 3 values"},
+		{"models: [{name: m, path: p, preprocess: {std: [1, 0, 1]}}]\n", "preprocess.std[1]"},
+		{"models: [{name: m, path: p, preprocess: {crop: 200}}]\n", "preprocess.crop: must equal input.width"},
+		{"models: [{name: m, path: p, preprocess: {mode: squash}}]\n", "preprocess.mode"},
+		{"models: [{name: m, path: p, runtime: {execution_provider: tpu}}]\n", "runtime.execution_provider"},
+		{"models: [{name: m, path: p}, {name: m, path: q}]\n", "is used by another model"},
+		{"models: [{name: 'a b', path: p}]\n", "may hold only"},
+		{"models: [{name: m}]\n", "path: is required"},
+		{"server: {queue_full_status: 500}\nmodels: [{name: m, path: p}]\n", "server.queue_full_status"},
+		{"server: {listen: nope}\nmodels: [{name: m, path: p}]\n", "server.listen"},
+		{"server: {max_body_bytes: 12XB}\nmodels: [{name: m, path: p}]\n", "cannot parse size"},
+		{"", "config is empty"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "/x")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want it to contain %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestByteSizeAndLabels(t *testing.T) {
+	cfg, err := Parse([]byte("server: {max_body_bytes: 2MiB}\nmodels: [{name: m, path: p}]\n"), "/x")
+	if err != nil || cfg.Server.MaxBodyBytes != 2<<20 {
+		t.Fatalf("%v %v", cfg, err)
+	}
+	dir := t.TempDir()
+	js := filepath.Join(dir, "l.json")
+	os.WriteFile(js, []byte(`["a", "b \"c\""]`), 0o644)
+	if l, err := LoadLabels(js); err != nil || len(l) != 2 || l[1] != `b "c"` {
+		t.Fatalf("json labels: %v %v", l, err)
+	}
+	txt := filepath.Join(dir, "l.txt")
+	os.WriteFile(txt, []byte("a\r\nb\n"), 0o644)
+	if l, err := LoadLabels(txt); err != nil || len(l) != 2 || l[0] != "a" || l[1] != "b" {
+		t.Fatalf("text labels: %q %v", l, err)
+	}
+}

@@ -1,0 +1,65 @@
+package configs
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Duration is a time.Duration written in YAML as a Go duration string ("2ms", "1.5s").
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML accepts "250us", "2ms", "1s"; a bare 0 means zero.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as \"2ms\"", n.Line)
+	}
+	if n.Value == "0" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: cannot parse duration %q (want e.g. \"2ms\", \"1s\")", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// ByteSize is a size in bytes, written as a number or with a KiB/MiB/GiB (or KB/MB/GB) suffix.
+type ByteSize int64
+
+// UnmarshalYAML accepts 1048576, "1MiB", "512KiB", "16MB".
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a size such as \"16MiB\"", n.Line)
+	}
+	s := strings.TrimSpace(n.Value)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: cannot parse size %q (want e.g. 1048576 or \"16MiB\")", n.Line, n.Value)
+	}
+	*b = ByteSize(v * mult)
+	return nil
+}

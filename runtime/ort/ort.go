@@ -1,0 +1,349 @@
+package ort
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	onnx "github.com/yalue/onnxruntime_go"
+)
+
+var (
+	initMu   sync.Mutex
+	initPath string
+)
+
+// Init loads the ONNX Runtime shared library at libPath and creates the process-wide
+// environment. Later calls with the same path are no-ops; a different path is an error.
+func Init(libPath string) error {
+	initMu.Lock()
+	defer initMu.Unlock()
+	if onnx.IsInitialized() {
+		if libPath != initPath {
+			return fmt.Errorf("ort: already initialized with %s, cannot switch to %s", initPath, libPath)
+		}
+		return nil
+	}
+	if _, err := os.Stat(libPath); err != nil && filepath.IsAbs(libPath) {
+		return fmt.Errorf("ort: cannot find the ONNX Runtime library: %w (run scripts/setup-onnxruntime.sh or set onnxruntime.library)", err)
+	}
+	onnx.SetSharedLibraryPath(libPath)
+	if err := onnx.InitializeEnvironment(onnx.WithLogLevelError()); err != nil {
+		return fmt.Errorf("ort: cannot initialize ONNX Runtime from %s: %w", libPath, err)
+	}
+	initPath = libPath
+	return nil
+}
+
+// Version returns the loaded ONNX Runtime version.
+func Version() string { return onnx.GetVersion() }
+
+// FindLibrary picks the ONNX Runtime library: explicit (a config value) if set, else the
+// ONNXRUNTIME_LIB environment variable, else .deps/onnxruntime/libonnxruntime.so in the
+// folder above the running binary or in the working folder, else the bare soname for the
+// system's search path.
+func FindLibrary(explicit string) string {
+	if explicit != "" {
+		return explicit
+	}
+	if env := os.Getenv("ONNXRUNTIME_LIB"); env != "" {
+		return env
+	}
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", ".deps", "onnxruntime", "libonnxruntime.so"))
+	}
+	candidates = append(candidates, filepath.Join(".deps", "onnxruntime", "libonnxruntime.so"),
+		"/usr/local/lib/libonnxruntime.so", "/usr/lib/libonnxruntime.so")
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			if abs, err := filepath.Abs(c); err == nil {
+				return abs
+			}
+			return c
+		}
+	}
+	return "libonnxruntime.so"
+}
+
+// TensorInfo describes one model input or output.
+type TensorInfo struct {
+	Name  string
+	Type  string  // "float32", "uint8", …
+	Shape []int64 // -1 for a dynamic dimension
+}
+
+func (t TensorInfo) String() string { return fmt.Sprintf("%s %s %v", t.Name, t.Type, t.Shape) }
+
+// Inspect reads a model's inputs and outputs without creating a session for serving.
+func Inspect(path string) (inputs, outputs []TensorInfo, err error) {
+	in, out, err := onnx.GetInputOutputInfo(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ort: cannot read model %s: %w", path, err)
+	}
+	conv := func(infos []onnx.InputOutputInfo) []TensorInfo {
+		r := make([]TensorInfo, len(infos))
+		for i, x := range infos {
+			r[i] = TensorInfo{Name: x.Name, Type: typeName(x.DataType), Shape: append([]int64(nil), x.Dimensions...)}
+		}
+		return r
+	}
+	return conv(in), conv(out), nil
+}
+
+func typeName(t onnx.TensorElementDataType) string {
+	switch t {
+	case onnx.TensorElementDataTypeFloat:
+		return "float32"
+	case onnx.TensorElementDataTypeUint8:
+		return "uint8"
+	case onnx.TensorElementDataTypeInt8:
+		return "int8"
+	case onnx.TensorElementDataTypeFloat16:
+		return "float16"
+	case onnx.TensorElementDataTypeInt64:
+		return "int64"
+	case onnx.TensorElementDataTypeInt32:
+		return "int32"
+	case onnx.TensorElementDataTypeDouble:
+		return "float64"
+	}
+	return t.String()
+}
+
+// SessionConfig configures one Session.
+type SessionConfig struct {
+	ModelPath  string
+	InputName  string
+	OutputName string
+	// InputShape is one sample's shape without the batch axis, e.g. [3,224,224] (NCHW) or
+	// [224,224,3] (NHWC).
+	InputShape   []int64
+	MaxBatchSize int
+	IntraOp      int
+	InterOp      int
+	// GraphOptimization: disabled, basic, extended or all.
+	GraphOptimization string
+	// OptimizedModelPath, when set, makes ORT write the optimized graph there.
+	OptimizedModelPath string
+	// Provider: cpu, cuda or tensorrt. cuda and tensorrt need an ORT build with them and a GPU.
+	Provider string
+}
+
+// Session is one ONNX Runtime session with input and output buffers for MaxBatchSize rows.
+// It is not safe for concurrent use. Close releases it.
+type Session struct {
+	sess     *onnx.DynamicAdvancedSession
+	in       []float32
+	out      []float32
+	inViews  []*onnx.Tensor[float32] // index n-1: the first n rows
+	outViews []*onnx.Tensor[float32]
+	inShape  []int64
+	rowIn    int
+	classes  int
+	inputs   []onnx.Value
+	outputs  []onnx.Value
+}
+
+// ErrModel is returned when a model does not match its configuration.
+var ErrModel = errors.New("ort: model does not match its configuration")
+
+// NewSession checks the model against cfg and creates a session.
+func NewSession(cfg SessionConfig) (*Session, error) {
+	if cfg.MaxBatchSize < 1 {
+		return nil, fmt.Errorf("ort: max batch size must be positive, got %d", cfg.MaxBatchSize)
+	}
+	ins, outs, err := Inspect(cfg.ModelPath)
+	if err != nil {
+		return nil, err
+	}
+	in, ok := find(ins, cfg.InputName)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, cfg.ModelPath, cfg.InputName, ins)
+	}
+	out, ok := find(outs, cfg.OutputName)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
+	}
+	if len(ins) != 1 {
+		return nil, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
+	}
+	if in.Type != "float32" {
+		return nil, fmt.Errorf("%w: input %q is %s; only float32 inputs are served", ErrModel, in.Name, in.Type)
+	}
+	if out.Type != "float32" {
+		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
+	}
+	if len(in.Shape) != len(cfg.InputShape)+1 {
+		return nil, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
+	}
+	if in.Shape[0] != -1 && cfg.MaxBatchSize > 1 {
+		return nil, fmt.Errorf("%w: input %q has a fixed batch axis of %d; set batching.max_batch_size: 1 or export the model with a dynamic batch axis", ErrModel, in.Name, in.Shape[0])
+	}
+	for i, d := range cfg.InputShape {
+		if m := in.Shape[i+1]; m != -1 && m != d {
+			return nil, fmt.Errorf("%w: input %q has shape %v, the configuration gives [N %v] (check input.width/height/layout)", ErrModel, in.Name, in.Shape, cfg.InputShape)
+		}
+	}
+	if len(out.Shape) != 2 || out.Shape[1] < 1 {
+		return nil, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
+	}
+
+	opts, err := sessionOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer opts.Destroy()
+	sess, err := onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("ort: cannot create a session for %s: %w", cfg.ModelPath, err)
+	}
+	s := &Session{
+		sess:    sess,
+		inShape: append([]int64(nil), cfg.InputShape...),
+		classes: int(out.Shape[1]),
+		inputs:  make([]onnx.Value, 1),
+		outputs: make([]onnx.Value, 1),
+	}
+	s.rowIn = 1
+	for _, d := range cfg.InputShape {
+		s.rowIn *= int(d)
+	}
+	s.in = make([]float32, s.rowIn*cfg.MaxBatchSize)
+	s.out = make([]float32, s.classes*cfg.MaxBatchSize)
+	s.inViews = make([]*onnx.Tensor[float32], cfg.MaxBatchSize)
+	s.outViews = make([]*onnx.Tensor[float32], cfg.MaxBatchSize)
+	return s, nil
+}
+
+func find(infos []TensorInfo, name string) (TensorInfo, bool) {
+	for _, x := range infos {
+		if x.Name == name {
+			return x, true
+		}
+	}
+	return TensorInfo{}, false
+}
+
+func sessionOptions(cfg SessionConfig) (*onnx.SessionOptions, error) {
+	opts, err := onnx.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("ort: cannot create session options: %w", err)
+	}
+	fail := func(what string, err error) (*onnx.SessionOptions, error) {
+		opts.Destroy()
+		return nil, fmt.Errorf("ort: cannot set %s: %w", what, err)
+	}
+	if cfg.IntraOp > 0 {
+		if err := opts.SetIntraOpNumThreads(cfg.IntraOp); err != nil {
+			return fail("intra_op_threads", err)
+		}
+	}
+	if cfg.InterOp > 0 {
+		if err := opts.SetInterOpNumThreads(cfg.InterOp); err != nil {
+			return fail("inter_op_threads", err)
+		}
+	}
+	level := onnx.GraphOptimizationLevel(onnx.GraphOptimizationLevelEnableAll)
+	switch cfg.GraphOptimization {
+	case "disabled":
+		level = onnx.GraphOptimizationLevelDisableAll
+	case "basic":
+		level = onnx.GraphOptimizationLevelEnableBasic
+	case "extended":
+		level = onnx.GraphOptimizationLevelEnableExtended
+	case "", "all":
+	default:
+		return fail("graph_optimization", fmt.Errorf("unknown level %q", cfg.GraphOptimization))
+	}
+	if err := opts.SetGraphOptimizationLevel(level); err != nil {
+		return fail("graph_optimization", err)
+	}
+	if cfg.OptimizedModelPath != "" {
+		if err := opts.SetOptimizedModelFilePath(cfg.OptimizedModelPath); err != nil {
+			return fail("optimized_model_path", err)
+		}
+	}
+	switch cfg.Provider {
+	case "", "cpu":
+	case "cuda":
+		po, err := onnx.NewCUDAProviderOptions()
+		if err != nil {
+			return fail("execution_provider cuda", err)
+		}
+		defer po.Destroy()
+		if err := opts.AppendExecutionProviderCUDA(po); err != nil {
+			return fail("execution_provider cuda", err)
+		}
+	case "tensorrt":
+		po, err := onnx.NewTensorRTProviderOptions()
+		if err != nil {
+			return fail("execution_provider tensorrt", err)
+		}
+		defer po.Destroy()
+		if err := opts.AppendExecutionProviderTensorRT(po); err != nil {
+			return fail("execution_provider tensorrt", err)
+		}
+	default:
+		return fail("execution_provider", fmt.Errorf("unknown provider %q", cfg.Provider))
+	}
+	return opts, nil
+}
+
+// Classes is the number of scores per row.
+func (s *Session) Classes() int { return s.classes }
+
+// RowLen is the number of input values per row.
+func (s *Session) RowLen() int { return s.rowIn }
+
+// MaxBatchSize is the number of rows the buffers hold.
+func (s *Session) MaxBatchSize() int { return len(s.inViews) }
+
+// Input returns row i of the input buffer, to be filled before Run. The slice is owned by the
+// session and valid until Close.
+func (s *Session) Input(i int) []float32 { return s.in[i*s.rowIn : (i+1)*s.rowIn] }
+
+// Run runs the model on the first n input rows and returns their scores, n rows of Classes()
+// values. The returned slice is owned by the session and overwritten by the next Run.
+func (s *Session) Run(n int) ([]float32, error) {
+	if n < 1 || n > len(s.inViews) {
+		return nil, fmt.Errorf("ort: batch of %d rows, the session holds 1 to %d", n, len(s.inViews))
+	}
+	if s.inViews[n-1] == nil {
+		shape := append(onnx.NewShape(int64(n)), s.inShape...)
+		in, err := onnx.NewTensor(shape, s.in[:n*s.rowIn])
+		if err != nil {
+			return nil, fmt.Errorf("ort: cannot create an input view of %d rows: %w", n, err)
+		}
+		out, err := onnx.NewTensor(onnx.NewShape(int64(n), int64(s.classes)), s.out[:n*s.classes])
+		if err != nil {
+			in.Destroy()
+			return nil, fmt.Errorf("ort: cannot create an output view of %d rows: %w", n, err)
+		}
+		s.inViews[n-1], s.outViews[n-1] = in, out
+	}
+	s.inputs[0], s.outputs[0] = s.inViews[n-1], s.outViews[n-1]
+	if err := s.sess.Run(s.inputs, s.outputs); err != nil {
+		return nil, fmt.Errorf("ort: run of %d rows: %w", n, err)
+	}
+	return s.out[:n*s.classes], nil
+}
+
+// Close releases the session and its tensors.
+func (s *Session) Close() error {
+	for i := range s.inViews {
+		if s.inViews[i] != nil {
+			s.inViews[i].Destroy()
+			s.outViews[i].Destroy()
+			s.inViews[i], s.outViews[i] = nil, nil
+		}
+	}
+	if s.sess != nil {
+		err := s.sess.Destroy()
+		s.sess = nil
+		return err
+	}
+	return nil
+}
