@@ -1,0 +1,132 @@
+package preprocess
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"testing"
+
+	"golang.org/x/image/draw"
+)
+
+// Benchmarks run on the article's payload (the JPEG inside
+// ../shared/seed/rime_5868.json, 1200x727), default options
+// (shorter side 256, crop 224, ImageNet normalization, NCHW float32).
+
+// BenchmarkJPEGDecodeScaled: TurboJPEG header + DCT-scaled decode to RGB.
+func BenchmarkJPEGDecodeScaled(b *testing.B) {
+	data := seedJPEG(b)
+	p := mustNew(b, Options{})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		s := getScratch()
+		if _, err := p.decodeJPEG(data, s); err != nil {
+			b.Fatal(err)
+		}
+		putScratch(s)
+	}
+}
+
+// BenchmarkResizeCropNormalize: resample the decoded (scaled) image to the
+// crop window and write the normalized float32 slot.
+func BenchmarkResizeCropNormalize(b *testing.B) {
+	data := seedJPEG(b)
+	p := mustNew(b, Options{})
+	s := getScratch()
+	src, err := p.decodeJPEG(data, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("decoded at %dx%d for a %dx%d image", src.w, src.h, src.dispW, src.dispH)
+	dst := make([]float32, p.SlotLen())
+	work := new(scratch)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.resample(&src, work, sink{f32: dst}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkProcess: the whole path, JPEG bytes to normalized slot.
+func BenchmarkProcess(b *testing.B) {
+	data := seedJPEG(b)
+	for _, c := range []struct {
+		name string
+		full bool
+	}{{"dct_scaled", false}, {"full_decode", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := mustNew(b, Options{FullDecode: c.full})
+			dst := make([]float32, p.SlotLen())
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Process(data, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkProcessParallel: the whole path on all Ps.
+func BenchmarkProcessParallel(b *testing.B) {
+	data := seedJPEG(b)
+	p := mustNew(b, Options{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		dst := make([]float32, p.SlotLen())
+		for pb.Next() {
+			if err := p.Process(data, dst); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkStdlibPath is the "before" column: image/jpeg full decode, a
+// plain Go bilinear resize (x/image/draw), center crop and normalization
+// through the image.Image interface.
+func BenchmarkStdlibPath(b *testing.B) {
+	data := seedJPEG(b)
+	dst := make([]float32, 3*224*224)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := stdlibPath(data, dst); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func stdlibPath(data []byte, dst []float32) error {
+	img, err := jpeg.Decode(bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	r := img.Bounds()
+	w, h := r.Dx(), r.Dy()
+	rw, rh := 256, 256
+	if w <= h {
+		rh = 256 * h / w
+	} else {
+		rw = 256 * w / h
+	}
+	rs := image.NewRGBA(image.Rect(0, 0, rw, rh))
+	draw.BiLinear.Scale(rs, rs.Bounds(), img, r, draw.Src, nil)
+	left, top := (rw-224)/2, (rh-224)/2
+	const plane = 224 * 224
+	for y := range 224 {
+		for x := range 224 {
+			c := rs.RGBAAt(left+x, top+y)
+			dst[y*224+x] = (float32(c.R)/255 - ImageNetMean[0]) / ImageNetStd[0]
+			dst[plane+y*224+x] = (float32(c.G)/255 - ImageNetMean[1]) / ImageNetStd[1]
+			dst[2*plane+y*224+x] = (float32(c.B)/255 - ImageNetMean[2]) / ImageNetStd[2]
+		}
+	}
+	if w == 0 {
+		return fmt.Errorf("empty")
+	}
+	return nil
+}

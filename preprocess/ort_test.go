@@ -1,0 +1,185 @@
+package preprocess
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// The classifier checks use ONNX Runtime (tests only; the package itself
+// never imports it). Library: $ONNXRUNTIME_LIB, else
+// ../.deps/onnxruntime/libonnxruntime.so relative to the repository root.
+
+var updateTop5 = flag.Bool("update-top5", false, "TestUpdateTop5: write torchvision's top-5 into testdata/golden/goldens.json")
+
+var (
+	ortOnce    sync.Once
+	ortSession *ort.DynamicAdvancedSession
+	ortErr     string // reason to skip
+)
+
+func classifier(tb testing.TB) *ort.DynamicAdvancedSession {
+	tb.Helper()
+	ortOnce.Do(func() {
+		lib := os.Getenv("ONNXRUNTIME_LIB")
+		if lib == "" {
+			lib = "../.deps/onnxruntime/libonnxruntime.so"
+		}
+		if _, err := os.Stat(lib); err != nil {
+			ortErr = "ONNX Runtime library " + lib + " is absent (run scripts/setup-onnxruntime.sh or set ONNXRUNTIME_LIB)"
+			return
+		}
+		if _, err := os.Stat(modelPath); err != nil {
+			ortErr = "model " + modelPath + " is absent (shared test data, ../shared)"
+			return
+		}
+		ort.SetSharedLibraryPath(lib)
+		if err := ort.InitializeEnvironment(); err != nil {
+			ortErr = "cannot initialize ONNX Runtime from " + lib + ": " + err.Error()
+			return
+		}
+		so, err := ort.NewSessionOptions()
+		if err != nil {
+			ortErr = err.Error()
+			return
+		}
+		defer so.Destroy()
+		_ = so.SetIntraOpNumThreads(1)
+		_ = so.SetInterOpNumThreads(1)
+		s, err := ort.NewDynamicAdvancedSession(modelPath, []string{"input"}, []string{"output"}, so)
+		if err != nil {
+			ortErr = "cannot load " + modelPath + ": " + err.Error()
+			return
+		}
+		ortSession = s
+	})
+	if ortSession == nil {
+		tb.Skip("skipping classifier check: " + ortErr)
+	}
+	return ortSession
+}
+
+var ortMu sync.Mutex
+
+// top5 runs the classifier on one NCHW normalized 224x224 slot and returns
+// the five most probable classes (softmax).
+func top5(tb testing.TB, slot []float32) []top5Entry {
+	tb.Helper()
+	s := classifier(tb)
+	ortMu.Lock()
+	defer ortMu.Unlock()
+	in, err := ort.NewTensor(ort.NewShape(1, 3, 224, 224), slot)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer in.Destroy()
+	out, err := ort.NewEmptyTensor[float32](ort.NewShape(1, 1000))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer out.Destroy()
+	if err := s.Run([]ort.Value{in}, []ort.Value{out}); err != nil {
+		tb.Fatal(err)
+	}
+	logits := out.GetData()
+	mx := slices.Max(logits)
+	var sum float64
+	probs := make([]float64, len(logits))
+	for i, l := range logits {
+		probs[i] = math.Exp(float64(l - mx))
+		sum += probs[i]
+	}
+	idx := make([]int, len(probs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case probs[a] > probs[b]:
+			return -1
+		case probs[a] < probs[b]:
+			return 1
+		}
+		return 0
+	})
+	res := make([]top5Entry, 5)
+	for i := range res {
+		res[i] = top5Entry{Class: idx[i], Prob: math.Round(probs[idx[i]]/sum*1e5) / 1e5}
+	}
+	return res
+}
+
+// torchvisionSlot turns a golden uint8 HWC crop into torchvision's
+// normalized NCHW tensor (ToTensor + Normalize, float32).
+func torchvisionSlot(hwc []byte) []float32 {
+	const plane = 224 * 224
+	out := make([]float32, 3*plane)
+	for i := range plane {
+		for c := range 3 {
+			x := float32(hwc[3*i+c]) / float32(255)
+			out[c*plane+i] = (x - ImageNetMean[c]) / ImageNetStd[c]
+		}
+	}
+	return out
+}
+
+// TestTop1MatchesTorchvision: our slot gets the same top-1 class as
+// torchvision's preprocessing, on every shared photo.
+func TestTop1MatchesTorchvision(t *testing.T) {
+	d := loadGoldens(t)
+	p := mustNew(t, Options{})
+	for _, e := range d.Images {
+		if e.Source != "shared" || e.Crop != 224 || e.Resize != 256 {
+			continue
+		}
+		t.Run(e.Name, func(t *testing.T) {
+			if len(e.Top5) == 0 {
+				t.Fatalf("%s has no top5 in %s: run go test ./preprocess/ -run TestUpdateTop5 -update-top5", e.Name, goldenJSON)
+			}
+			data := e.input(t)
+			slot := make([]float32, p.SlotLen())
+			if err := p.Process(data, slot); err != nil {
+				t.Fatal(err)
+			}
+			got := top5(t, slot)
+			want := e.Top5
+			t.Logf("%-30s torchvision top1 %3d p=%.3f | ours top1 %3d p=%.3f", e.Name, want[0].Class, want[0].Prob, got[0].Class, got[0].Prob)
+			if got[0].Class != want[0].Class {
+				t.Errorf("%s: top-1 class %d (p=%.3f), torchvision's is %d (p=%.3f); ours top5 %v", e.Name, got[0].Class, got[0].Prob, want[0].Class, want[0].Prob, got)
+			}
+		})
+	}
+}
+
+// TestUpdateTop5 (with -update-top5) records torchvision's top-5 for the
+// 224x224 classifier goldens.
+func TestUpdateTop5(t *testing.T) {
+	if !*updateTop5 {
+		t.Skip("run with -update-top5 to rewrite top5 in " + goldenJSON)
+	}
+	d := loadGoldens(t)
+	for i := range d.Images {
+		e := &d.Images[i]
+		if e.Crop != 224 || e.Resize != 256 {
+			continue
+		}
+		e.Top5 = top5(t, torchvisionSlot(e.pixels(t)))
+		t.Logf("%-30s %v", e.Name, e.Top5)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", " ")
+	if err := enc.Encode(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goldenJSON, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,89 @@
+package preprocess
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// Pixel buffers come from size-classed pools (powers of two from 64 KiB to
+// 16 MiB). Requests above the largest class are allocated and left to the
+// garbage collector, so a rare huge image does not pin its memory.
+const (
+	minClassBits = 16
+	maxClassBits = 24
+)
+
+var bufPools [maxClassBits - minClassBits + 1]sync.Pool
+
+func classOf(n int) int {
+	if n <= 1<<minClassBits {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - minClassBits
+}
+
+// getBuf returns a buffer of length n. Release it with putBuf.
+func getBuf(n int) *[]byte {
+	c := classOf(n)
+	if c >= len(bufPools) {
+		b := make([]byte, n)
+		return &b
+	}
+	if v, ok := bufPools[c].Get().(*[]byte); ok {
+		*v = (*v)[:n]
+		return v
+	}
+	b := make([]byte, n, 1<<(c+minClassBits))
+	return &b
+}
+
+// putBuf returns a buffer obtained from getBuf; b must not be used after.
+func putBuf(b *[]byte) {
+	if b == nil {
+		return
+	}
+	c := cap(*b)
+	if c < 1<<minClassBits || c > 1<<maxClassBits || c&(c-1) != 0 {
+		return
+	}
+	bufPools[classOf(c)].Put(b)
+}
+
+// scratch is the per-call working memory, pooled.
+type scratch struct {
+	dec, rot *[]byte // decoded and oriented pixels (size-classed pools)
+	tmp      []uint8 // output of the horizontal pass
+	row      []uint8 // one output row
+	acc      []int32 // vertical accumulators for one output row
+}
+
+// maxScratchKeep bounds the small scratch slices kept in the pool.
+const maxScratchKeep = 8 << 20
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+func putScratch(s *scratch) {
+	putBuf(s.dec)
+	putBuf(s.rot)
+	s.dec, s.rot = nil, nil
+	if cap(s.tmp) > maxScratchKeep {
+		s.tmp = nil
+	}
+	if cap(s.acc)*4 > maxScratchKeep {
+		s.acc = nil
+	}
+	if cap(s.row) > maxScratchKeep {
+		s.row = nil
+	}
+	scratchPool.Put(s)
+}
+
+// grow returns b resized to n, reallocating only when its capacity is short.
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
