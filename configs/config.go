@@ -71,6 +71,9 @@ type Input struct {
 	Height int    `yaml:"height"`
 	// Layout is NCHW (default) or NHWC.
 	Layout string `yaml:"layout"`
+	// Type is the input's element type: float32 or uint8 (raw 0..255 pixels, no
+	// normalization). Empty: taken from the model; when set, the model must match.
+	Type string `yaml:"type"`
 }
 
 // Output names the model's score output ([N, classes]).
@@ -345,6 +348,11 @@ func (c *Config) Validate() error {
 		}
 		if m.Input.Layout != "NCHW" && m.Input.Layout != "NHWC" {
 			bad(f+".input.layout", "must be NCHW or NHWC, got %q", m.Input.Layout)
+		}
+		switch m.Input.Type {
+		case "", "float32", "uint8":
+		default:
+			bad(f+".input.type", "must be float32 or uint8 (or empty: from the model), got %q", m.Input.Type)
 		}
 		p := &m.Preprocess
 		switch p.Mode {

@@ -136,9 +136,10 @@ type SessionConfig struct {
 // It is not safe for concurrent use. Close releases it.
 type Session struct {
 	sess     *onnx.DynamicAdvancedSession
-	in       []float32
+	in       []float32 // float32 models
+	inU8     []uint8   // uint8 models
 	out      []float32
-	inViews  []*onnx.Tensor[float32] // index n-1: the first n rows
+	inViews  []onnx.Value // index n-1: the first n rows
 	outViews []*onnx.Tensor[float32]
 	inShape  []int64
 	rowIn    int
@@ -170,8 +171,8 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	if len(ins) != 1 {
 		return nil, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
 	}
-	if in.Type != "float32" {
-		return nil, fmt.Errorf("%w: input %q is %s; only float32 inputs are served", ErrModel, in.Name, in.Type)
+	if in.Type != "float32" && in.Type != "uint8" {
+		return nil, fmt.Errorf("%w: input %q is %s; float32 and uint8 inputs are served", ErrModel, in.Name, in.Type)
 	}
 	if out.Type != "float32" {
 		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
@@ -211,9 +212,13 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	for _, d := range cfg.InputShape {
 		s.rowIn *= int(d)
 	}
-	s.in = make([]float32, s.rowIn*cfg.MaxBatchSize)
+	if in.Type == "uint8" {
+		s.inU8 = make([]uint8, s.rowIn*cfg.MaxBatchSize)
+	} else {
+		s.in = make([]float32, s.rowIn*cfg.MaxBatchSize)
+	}
 	s.out = make([]float32, s.classes*cfg.MaxBatchSize)
-	s.inViews = make([]*onnx.Tensor[float32], cfg.MaxBatchSize)
+	s.inViews = make([]onnx.Value, cfg.MaxBatchSize)
 	s.outViews = make([]*onnx.Tensor[float32], cfg.MaxBatchSize)
 	return s, nil
 }
@@ -301,9 +306,30 @@ func (s *Session) RowLen() int { return s.rowIn }
 // MaxBatchSize is the number of rows the buffers hold.
 func (s *Session) MaxBatchSize() int { return len(s.inViews) }
 
-// Input returns row i of the input buffer, to be filled before Run. The slice is owned by the
-// session and valid until Close.
-func (s *Session) Input(i int) []float32 { return s.in[i*s.rowIn : (i+1)*s.rowIn] }
+// InputType is the model input's element type: "float32" or "uint8".
+func (s *Session) InputType() string {
+	if s.inU8 != nil {
+		return "uint8"
+	}
+	return "float32"
+}
+
+// Input returns row i of a float32 model's input buffer (nil for a uint8 model), to be filled
+// before Run. The slice is owned by the session and valid until Close.
+func (s *Session) Input(i int) []float32 {
+	if s.in == nil {
+		return nil
+	}
+	return s.in[i*s.rowIn : (i+1)*s.rowIn]
+}
+
+// InputUint8 returns row i of a uint8 model's input buffer (nil for a float32 model).
+func (s *Session) InputUint8(i int) []uint8 {
+	if s.inU8 == nil {
+		return nil
+	}
+	return s.inU8[i*s.rowIn : (i+1)*s.rowIn]
+}
 
 // Run runs the model on the first n input rows and returns their scores, n rows of Classes()
 // values. The returned slice is owned by the session and overwritten by the next Run.
@@ -313,7 +339,13 @@ func (s *Session) Run(n int) ([]float32, error) {
 	}
 	if s.inViews[n-1] == nil {
 		shape := append(onnx.NewShape(int64(n)), s.inShape...)
-		in, err := onnx.NewTensor(shape, s.in[:n*s.rowIn])
+		var in onnx.Value
+		var err error
+		if s.inU8 != nil {
+			in, err = onnx.NewTensor(shape, s.inU8[:n*s.rowIn])
+		} else {
+			in, err = onnx.NewTensor(shape, s.in[:n*s.rowIn])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("ort: cannot create an input view of %d rows: %w", n, err)
 		}
