@@ -1,0 +1,335 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+)
+
+// errBody marks a malformed request body (400).
+var errBody = errors.New("gateway: bad request body")
+
+func bodyErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBody, fmt.Sprintf(format, args...))
+}
+
+// extractJSONField finds the top-level string field key in the JSON object body and returns
+// its raw contents (between the quotes, escapes not undone) without unmarshalling the whole
+// body. It checks that the body is one well-formed JSON object.
+func extractJSONField(body []byte, key string) ([]byte, error) {
+	p := jsonScanner{b: body}
+	p.ws()
+	if !p.eat('{') {
+		return nil, bodyErr("want a JSON object such as {\"image\": \"<base64>\"}")
+	}
+	var found []byte
+	have := false
+	p.ws()
+	if p.eat('}') {
+		return nil, bodyErr("the JSON object has no %q field", key)
+	}
+	for {
+		p.ws()
+		k, esc, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.ws()
+		if !p.eat(':') {
+			return nil, bodyErr("malformed JSON at byte %d: want ':'", p.i)
+		}
+		p.ws()
+		if !esc && string(k) == key {
+			if have {
+				return nil, bodyErr("the JSON object has more than one %q field", key)
+			}
+			if p.i >= len(p.b) || p.b[p.i] != '"' {
+				return nil, bodyErr("field %q must be a string", key)
+			}
+			v, _, err := p.str()
+			if err != nil {
+				return nil, err
+			}
+			found, have = v, true
+		} else if err := p.skipValue(0); err != nil {
+			return nil, err
+		}
+		p.ws()
+		if p.eat(',') {
+			continue
+		}
+		if p.eat('}') {
+			break
+		}
+		return nil, bodyErr("malformed JSON at byte %d: want ',' or '}'", p.i)
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return nil, bodyErr("malformed JSON: unexpected data after the object at byte %d", p.i)
+	}
+	if !have {
+		return nil, bodyErr("the JSON object has no %q field", key)
+	}
+	return found, nil
+}
+
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+func (p *jsonScanner) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonScanner) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// str reads a JSON string at p.i and returns its raw contents and whether it has escapes.
+func (p *jsonScanner) str() ([]byte, bool, error) {
+	if !p.eat('"') {
+		return nil, false, bodyErr("malformed JSON at byte %d: want a string", p.i)
+	}
+	start := p.i
+	esc := false
+	b := p.b
+	for i := p.i; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			p.i = i + 1
+			return b[start:i], esc, nil
+		case c == '\\':
+			esc = true
+			i++
+			if i >= len(b) {
+				break
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
+					return nil, false, bodyErr("malformed JSON: bad \\u escape at byte %d", i)
+				}
+				i += 4
+			default:
+				return nil, false, bodyErr("malformed JSON: bad escape at byte %d", i)
+			}
+		case c < 0x20:
+			return nil, false, bodyErr("malformed JSON: control character in a string at byte %d", i)
+		}
+	}
+	return nil, false, bodyErr("malformed JSON: unterminated string (the body may be truncated)")
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+const maxJSONDepth = 64
+
+func (p *jsonScanner) skipValue(depth int) error {
+	if depth > maxJSONDepth {
+		return bodyErr("malformed JSON: nested deeper than %d", maxJSONDepth)
+	}
+	if p.i >= len(p.b) {
+		return bodyErr("malformed JSON: unexpected end (the body may be truncated)")
+	}
+	switch c := p.b[p.i]; {
+	case c == '"':
+		_, _, err := p.str()
+		return err
+	case c == '{' || c == '[':
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
+		}
+		p.i++
+		p.ws()
+		if p.eat(closing) {
+			return nil
+		}
+		for {
+			p.ws()
+			if c == '{' {
+				if _, _, err := p.str(); err != nil {
+					return err
+				}
+				p.ws()
+				if !p.eat(':') {
+					return bodyErr("malformed JSON at byte %d: want ':'", p.i)
+				}
+				p.ws()
+			}
+			if err := p.skipValue(depth + 1); err != nil {
+				return err
+			}
+			p.ws()
+			if p.eat(',') {
+				continue
+			}
+			if p.eat(closing) {
+				return nil
+			}
+			return bodyErr("malformed JSON at byte %d", p.i)
+		}
+	default:
+		start := p.i
+		for p.i < len(p.b) {
+			c := p.b[p.i]
+			if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+				break
+			}
+			p.i++
+		}
+		lit := string(p.b[start:p.i])
+		switch lit {
+		case "true", "false", "null":
+			return nil
+		}
+		if !isJSONNumber(lit) {
+			return bodyErr("malformed JSON at byte %d: unexpected %q", start, truncate(lit, 20))
+		}
+		return nil
+	}
+}
+
+func isJSONNumber(s string) bool {
+	if s == "" {
+		return false
+	}
+	i := 0
+	if s[i] == '-' {
+		i++
+	}
+	digits := 0
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		digits++
+	}
+	if digits == 0 || digits > 1 && s[i-digits] == '0' {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		d := 0
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			d++
+		}
+		if d == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		d := 0
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			d++
+		}
+		if d == 0 {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// decodeBase64 decodes src (the raw contents of a JSON string) into dst[:0], growing it as
+// needed, and returns the decoded bytes and the scratch buffer it used (for reuse). It accepts
+// the standard and URL-safe alphabets, with or without padding, and line breaks or spaces (raw
+// or as the JSON escapes \n \r \t, and \/). Anything else is an error naming the offending byte.
+func decodeBase64(dst, scratch, src []byte) (out, scratchOut []byte, err error) {
+	if len(src) == 0 {
+		return nil, scratch, bodyErr("the image is empty")
+	}
+	need := base64.RawStdEncoding.DecodedLen(len(src))
+	if cap(dst) < need {
+		dst = make([]byte, need)
+	}
+	dst = dst[:need]
+	// Fast path: canonical padded standard base64, the common case.
+	if len(src)%4 == 0 {
+		if n, err := base64.StdEncoding.Decode(dst, src); err == nil {
+			return dst[:n], scratch, nil
+		}
+	}
+	if cap(scratch) < len(src) {
+		scratch = make([]byte, 0, len(src))
+	}
+	clean := scratch[:0]
+	urlSafe, std := false, false
+	pad := 0
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch {
+		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_':
+			if pad > 0 {
+				return nil, clean, bodyErr("invalid base64: data after '=' padding at byte %d", i)
+			}
+			switch c {
+			case '+', '/':
+				std = true
+			case '-':
+				urlSafe, c = true, '+'
+			case '_':
+				urlSafe, c = true, '/'
+			}
+			clean = append(clean, c)
+		case c == '=':
+			pad++
+		case c == ' ' || c == '\n' || c == '\r' || c == '\t':
+		case c == '\\' && i+1 < len(src):
+			i++
+			switch src[i] {
+			case 'n', 'r', 't':
+			case '/':
+				if pad > 0 {
+					return nil, clean, bodyErr("invalid base64: data after '=' padding at byte %d", i)
+				}
+				std = true
+				clean = append(clean, '/')
+			default:
+				return nil, clean, bodyErr("invalid base64: unexpected escape \\%c at byte %d", src[i], i-1)
+			}
+		default:
+			return nil, clean, bodyErr("invalid base64: unexpected character %q at byte %d", c, i)
+		}
+	}
+	if urlSafe && std {
+		return nil, clean, bodyErr("invalid base64: mixes the standard (+/) and URL-safe (-_) alphabets")
+	}
+	if pad > 2 || (pad > 0 && (len(clean)+pad)%4 != 0) {
+		return nil, clean, bodyErr("invalid base64: bad '=' padding")
+	}
+	if len(clean)%4 == 1 {
+		return nil, clean, bodyErr("invalid base64: %d characters is not a valid base64 length (truncated?)", len(clean))
+	}
+	if len(clean) == 0 {
+		return nil, clean, bodyErr("the image is empty")
+	}
+	n, err := base64.RawStdEncoding.Decode(dst, clean)
+	if err != nil {
+		return nil, clean, bodyErr("invalid base64: %v", err)
+	}
+	return dst[:n], clean, nil
+}

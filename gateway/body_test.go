@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestExtractJSONField(t *testing.T) {
+	for _, tc := range []struct {
+		body, want, err string
+	}{
+		{`{"image":"QUJD"}`, "QUJD", ""},
+		{` { "other": [1, {"x": null}, "s\"q"], "n": -1.5e3, "image" : "QUJD" , "t": true } `, "QUJD", ""},
+		{`{"image":"QU\/JD"}`, `QU\/JD`, ""},
+		{`{}`, "", `no "image" field`},
+		{`{"img":"x"}`, "", `no "image" field`},
+		{`{"image":1}`, "", "must be a string"},
+		{`{"image":"a","image":"b"}`, "", "more than one"},
+		{`{"image":"abc`, "", "unterminated string"},
+		{`{"image":"abc"`, "", "want ',' or '}'"},
+		{`{"image":"abc"} x`, "", "unexpected data after"},
+		{`["image"]`, "", "want a JSON object"},
+		{``, "", "want a JSON object"},
+		{`{"a":[1,2,}`, "", "malformed"},
+		{`{"a":nul,"image":"x"}`, "", "unexpected"},
+		{`{"a":01x,"image":"x"}`, "", "unexpected"},
+		{"{\"image\":\"a\x01b\"}", "", "control character"},
+		{`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"image":"x"}`, "", "nested deeper"},
+	} {
+		got, err := extractJSONField([]byte(tc.body), "image")
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, errBody) {
+				t.Errorf("%q: err = %v, want %q", tc.body, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%q: got %q, %v; want %q", tc.body, got, err, tc.want)
+		}
+	}
+}
+
+func TestDecodeBase64Variants(t *testing.T) {
+	raw := []byte("\x00\xff\xfe binary \xfb\xef data!?")
+	std := base64.StdEncoding.EncodeToString(raw)
+	for name, src := range map[string]string{
+		"std":          std,
+		"std-nopad":    strings.TrimRight(std, "="),
+		"url":          base64.URLEncoding.EncodeToString(raw),
+		"url-nopad":    base64.RawURLEncoding.EncodeToString(raw),
+		"lines":        std[:8] + "\n" + std[8:16] + "\r\n" + std[16:],
+		"json-escapes": strings.ReplaceAll(std[:8]+`\n`+std[8:], "/", `\/`),
+		"spaces":       std[:4] + " " + std[4:],
+	} {
+		got, _, err := decodeBase64(nil, nil, []byte(src))
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Errorf("%s: %q -> %q, %v", name, src, got, err)
+		}
+	}
+	for name, src := range map[string]string{
+		"bad char":   "QUJD*A==",
+		"mixed":      "ab+/cd-_",
+		"after pad":  "QQ==QQ==",
+		"bad pad":    "QUJD=",
+		"truncated":  "QUJDR",
+		"empty":      "",
+		"bad escape": `QUJD\u0041`,
+	} {
+		_, _, err := decodeBase64(nil, nil, []byte(src))
+		if err == nil || !errors.Is(err, errBody) {
+			t.Errorf("%s: %q: err = %v, want a body error", name, src, err)
+		}
+	}
+}
+
+func TestDecodeArticlePayload(t *testing.T) {
+	body, err := os.ReadFile("../../shared/seed/rime_5868.json")
+	if err != nil {
+		t.Skip("../shared/seed/rime_5868.json not found (run from a checkout with ../shared beside it):", err)
+	}
+	var want struct{ Image string }
+	if err := json.Unmarshal(body, &want); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := base64.StdEncoding.DecodeString(want.Image)
+	field, err := extractJSONField(body, "image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := decodeBase64(nil, nil, field)
+	if err != nil || !bytes.Equal(got, raw) {
+		t.Fatalf("decoded %d bytes (%v), want %d", len(got), err, len(raw))
+	}
+	// Steady state: decoding into reused buffers allocates nothing.
+	dst, scratch := make([]byte, 0, len(raw)+8), []byte(nil)
+	allocs := testing.AllocsPerRun(20, func() {
+		f, _ := extractJSONField(body, "image")
+		dst, scratch, _ = decodeBase64(dst, scratch, f)
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per body, want 0", allocs)
+	}
+}
+
+func BenchmarkParseArticleBody(b *testing.B) {
+	body, err := os.ReadFile("../../shared/seed/rime_5868.json")
+	if err != nil {
+		b.Skip("../shared/seed/rime_5868.json not found:", err)
+	}
+	var dst, scratch []byte
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		f, err := extractJSONField(body, "image")
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, scratch, err = decodeBase64(dst, scratch, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// FuzzBody checks that the body parser never panics and agrees with encoding/json on which
+// bodies hold a string "image" field.
+func FuzzBody(f *testing.F) {
+	f.Add([]byte(`{"image":"QUJD"}`))
+	f.Add([]byte(`{"a":[1,{"b":null}],"image":"QU\/JD\n"}`))
+	f.Add([]byte(`{"image":"QUJD`))
+	if body, err := os.ReadFile("../../shared/seed/rime_5868.json"); err == nil {
+		f.Add(body[:2000])
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		field, err := extractJSONField(body, "image")
+		var ref map[string]json.RawMessage
+		refErr := json.Unmarshal(body, &ref)
+		if err == nil {
+			if refErr != nil {
+				t.Fatalf("accepted %q which encoding/json rejects: %v", body, refErr)
+			}
+			var s string
+			if json.Unmarshal(ref["image"], &s) != nil {
+				t.Fatalf("accepted a non-string image field in %q", body)
+			}
+			decodeBase64(nil, nil, field)
+		}
+	})
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"net"
+	"time"
+)
+
+// goneWatcher detects nothing outside Linux (it relies on POLLRDHUP); requests of clients
+// that went away are still bounded by their deadline.
+type goneWatcher struct{}
+
+func newGoneWatcher(time.Duration) *goneWatcher { return &goneWatcher{} }
+
+func (w *goneWatcher) watch(net.Conn, func()) func() { return func() {} }
+
+func (w *goneWatcher) close() {}
