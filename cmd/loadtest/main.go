@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/imagegate/imagegate/loadtest"
+)
+
+const usage = `loadtest sends HTTP load to one URL and reports throughput and latency.
+
+Usage:
+  loadtest [flags] URL
+  loadtest sweep [flags] URL     (run once per -c or -rates value; see loadtest sweep -h)
+
+Modes:
+  closed loop (default): -c workers each send a request as soon as their
+      previous one finished; latency counts from the send time.
+  open loop (-rate R): requests are scheduled R times a second (-arrival
+      constant or poisson) whatever the server does; -c bounds the requests
+      in flight, and a request that waits for a free worker still counts its
+      latency from its scheduled time (no coordinated omission).
+
+Examples:
+  # the article's benchmark, like ab -n 40000 -c 50 -p rime_5868.json -T application/json
+  loadtest -n 40000 -c 50 -body ../shared/seed/rime_5868.json http://127.0.0.1:8080/predict/
+  # 200 req/s for 30 s, Poisson arrivals, two images in rotation, reports
+  loadtest -rate 200 -arrival poisson -duration 30s -warmup 2s \
+      -json-image a.jpg,b.png -o report.json -html report.html http://127.0.0.1:8080/predict/
+  # raw JPEG body
+  loadtest -c 8 -duration 10s -body photo.jpg -H 'Content-Type: image/jpeg' http://127.0.0.1:8080/v1/classify
+  # throughput-vs-latency table with the server's mean batch size per step
+  loadtest sweep -c 1,8,50 -duration 10s -body rime_5868.json -metrics http://127.0.0.1:8080/metrics \
+      http://127.0.0.1:8080/predict/
+
+Flags:
+`
+
+const sweepUsage = `loadtest sweep runs one load test per step and prints a throughput-vs-latency
+table (and JSON/HTML with -o/-html).
+
+Usage:
+  loadtest sweep -c 1,8,50 [flags] URL           closed loop, one step per concurrency
+  loadtest sweep -rates 50,100,200 [-c 100] URL  open loop, one step per rate (-c = max in flight)
+
+Each step lasts -duration (or -n requests) after -warmup. With -metrics URL the
+Prometheus endpoint is scraped before and after every step and the mean batch
+size is reported from -batch-items-metric / -batch-count-metric (summed over
+label sets), or else from the histogram -batch-histogram's _sum / _count.
+
+Flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// options are the flags shared by both commands.
+type options struct {
+	conc       string
+	n          int
+	duration   time.Duration
+	rate       float64
+	arrival    string
+	seed       uint64
+	warmup     string
+	keepalive  bool
+	timeout    time.Duration
+	jsonImages string
+	body       string
+	method     string
+	headers    headerFlag
+	out        string
+	htmlOut    string
+	quiet      bool
+	// sweep only
+	rates       string
+	metrics     string
+	batchCount  string
+	batchItems  string
+	batchHistog string
+}
+
+type headerFlag []loadtest.Header
+
+func (h *headerFlag) String() string { return fmt.Sprint(*h) }
+func (h *headerFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("header %q must look like 'Name: value'", v)
+	}
+	*h = append(*h, loadtest.Header{Name: strings.TrimSpace(name), Value: strings.TrimSpace(value)})
+	return nil
+}
+
+func (o *options) register(fs *flag.FlagSet, sweep bool) {
+	if sweep {
+		fs.StringVar(&o.conc, "c", "", "comma-separated concurrencies, one step each (closed loop); with -rates, the one max in-flight count (default 100)")
+		fs.StringVar(&o.rates, "rates", "", "comma-separated open-loop rates in req/s, one step each")
+		fs.StringVar(&o.metrics, "metrics", "", "Prometheus text endpoint scraped before and after each step")
+		fs.StringVar(&o.batchCount, "batch-count-metric", "gateway_batches_total", "counter of batches run (summed over labels)")
+		fs.StringVar(&o.batchItems, "batch-items-metric", "gateway_batch_items_total", "counter of items batched (summed over labels)")
+		fs.StringVar(&o.batchHistog, "batch-histogram", "gateway_batch_size", "histogram of batch sizes whose _sum/_count are used when the counters are absent")
+		fs.DurationVar(&o.duration, "duration", 0, "measured duration of each step (default 10s unless -n is set)")
+		fs.IntVar(&o.n, "n", 0, "measured requests per step")
+	} else {
+		fs.StringVar(&o.conc, "c", "", "workers: requests in flight (closed loop, default 1) or the most in flight (open loop, default 100)")
+		fs.Float64Var(&o.rate, "rate", 0, "open loop: requests per second (0 = closed loop)")
+		fs.DurationVar(&o.duration, "duration", 0, "measured duration (e.g. 10s)")
+		fs.IntVar(&o.n, "n", 0, "measured requests (default 200 unless -duration is set)")
+	}
+	fs.StringVar(&o.arrival, "arrival", "constant", "open-loop arrivals: constant or poisson")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed for poisson arrivals")
+	fs.StringVar(&o.warmup, "warmup", "", "warm-up left out of all figures: a request count (100) or a duration (2s)")
+	fs.BoolVar(&o.keepalive, "keepalive", true, "reuse connections (-keepalive=false opens one per request)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout, connecting included")
+	fs.StringVar(&o.jsonImages, "json-image", "", `image file(s), comma-separated, sent as {"image": "<base64>"} in rotation`)
+	fs.StringVar(&o.body, "body", "", "raw request body file (Content-Type guessed from its extension unless -H sets it)")
+	fs.StringVar(&o.method, "m", "", "HTTP method (default GET, or POST with a body)")
+	fs.Var(&o.headers, "H", "request header 'Name: value' (repeatable)")
+	fs.StringVar(&o.out, "o", "", "write the JSON report to this file")
+	fs.StringVar(&o.htmlOut, "html", "", "write the standalone HTML report to this file")
+	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
+}
+
+// config builds the library configuration shared by both commands.
+func (o *options) config(url string) (loadtest.Config, error) {
+	cfg := loadtest.Config{
+		URL: url, Method: o.method, Headers: o.headers, Rate: o.rate,
+		Arrival: loadtest.Arrival(o.arrival), Seed: o.seed, Requests: o.n, Duration: o.duration,
+		KeepAlive: o.keepalive, Timeout: o.timeout,
+	}
+	if o.warmup != "" {
+		if n, err := strconv.Atoi(o.warmup); err == nil {
+			cfg.WarmupRequests = n
+		} else if d, err := time.ParseDuration(o.warmup); err == nil {
+			cfg.WarmupDuration = d
+		} else {
+			return cfg, fmt.Errorf("-warmup %q is neither a request count nor a duration", o.warmup)
+		}
+	}
+	if o.jsonImages != "" && o.body != "" {
+		return cfg, errors.New("-json-image and -body cannot be combined")
+	}
+	contentType := ""
+	switch {
+	case o.jsonImages != "":
+		bodies, err := loadtest.LoadJSONImageBodies(strings.Split(o.jsonImages, ","))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Bodies, contentType = bodies, "application/json"
+	case o.body != "":
+		b, err := loadtest.LoadBody(o.body)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Bodies, contentType = []loadtest.Body{b}, loadtest.ContentTypeFor(o.body)
+	}
+	if contentType != "" && !hasHeader(cfg.Headers, "Content-Type") {
+		cfg.Headers = append(cfg.Headers, loadtest.Header{Name: "Content-Type", Value: contentType})
+	}
+	return cfg, nil
+}
+
+func hasHeader(hs []loadtest.Header, name string) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Name, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "sweep" {
+		return runSweep(ctx, args[1:], stdout, stderr)
+	}
+	var o options
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	o.register(fs, false)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	cfg, err := o.config(fs.Arg(0))
+	if err == nil && o.conc != "" {
+		cfg.Concurrency, err = strconv.Atoi(o.conc)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return 2
+	}
+	if cfg.Requests == 0 && cfg.Duration == 0 {
+		cfg.Requests = 200
+	}
+	var bar *progressBar
+	if !o.quiet && isTerminal(os.Stderr) {
+		bar = &progressBar{w: stderr}
+		cfg.Progress = bar.update
+	}
+	res, err := loadtest.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return 2
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "loadtest: interrupted; figures cover the requests sent so far")
+	}
+	if err := res.WriteText(stdout); err != nil {
+		return 1
+	}
+	return writeReports(o.out, o.htmlOut, res.WriteJSON, res.WriteHTML, stderr)
+}
+
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("loadtest sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, sweepUsage); fs.PrintDefaults() }
+	o.register(fs, true)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	cfg, err := o.config(fs.Arg(0))
+	sc := loadtest.SweepConfig{
+		MetricsURL: o.metrics,
+		Batch:      loadtest.BatchMetrics{CountMetric: o.batchCount, ItemsMetric: o.batchItems, Histogram: o.batchHistog},
+	}
+	if err == nil {
+		sc.Concurrencies, sc.Rates, err = parseSteps(o.conc, o.rates, &cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest sweep:", err)
+		return 2
+	}
+	if cfg.Requests == 0 && cfg.Duration == 0 {
+		cfg.Duration = 10 * time.Second
+	}
+	sc.Base = cfg
+	fmt.Fprintln(stdout, loadtest.SweepHeader())
+	sc.OnStep = func(s loadtest.SweepStep) { fmt.Fprintln(stdout, s.Row()) }
+	res, err := loadtest.Sweep(ctx, sc)
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest sweep:", err)
+		return 2
+	}
+	for _, s := range res.Steps {
+		if s.MetricsError != "" {
+			fmt.Fprintf(stderr, "loadtest sweep: step c=%d rate=%g: %s\n", s.Concurrency, s.Rate, s.MetricsError)
+		}
+	}
+	return writeReports(o.out, o.htmlOut, res.WriteJSON, res.WriteHTML, stderr)
+}
+
+// parseSteps reads -c and -rates for a sweep.
+func parseSteps(conc, rates string, cfg *loadtest.Config) ([]int, []float64, error) {
+	switch {
+	case rates != "":
+		var rs []float64
+		for _, f := range strings.Split(rates, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || r <= 0 {
+				return nil, nil, fmt.Errorf("-rates: %q is not a positive number", f)
+			}
+			rs = append(rs, r)
+		}
+		if conc != "" {
+			c, err := strconv.Atoi(conc)
+			if err != nil {
+				return nil, nil, fmt.Errorf("with -rates, -c is one max in-flight count, not %q", conc)
+			}
+			cfg.Concurrency = c
+		}
+		return nil, rs, nil
+	case conc != "":
+		var cs []int
+		for _, f := range strings.Split(conc, ",") {
+			c, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || c <= 0 {
+				return nil, nil, fmt.Errorf("-c: %q is not a positive integer", f)
+			}
+			cs = append(cs, c)
+		}
+		return cs, nil, nil
+	default:
+		return nil, nil, errors.New("set -c 1,8,50 (concurrency sweep) or -rates 50,100 (rate sweep)")
+	}
+}
+
+func writeReports(jsonPath, htmlPath string, writeJSON, writeHTML func(io.Writer) error, stderr io.Writer) int {
+	code := 0
+	for _, f := range []struct {
+		path  string
+		write func(io.Writer) error
+	}{{jsonPath, writeJSON}, {htmlPath, writeHTML}} {
+		if f.path == "" {
+			continue
+		}
+		if err := writeFile(f.path, f.write); err != nil {
+			fmt.Fprintln(stderr, "loadtest:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("cannot write report: %w", err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("cannot write report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("cannot write report %s: %w", path, err)
+	}
+	return nil
+}

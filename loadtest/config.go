@@ -1,0 +1,134 @@
+package loadtest
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Arrival is the distribution of intended send times in open-loop mode.
+type Arrival string
+
+const (
+	// ArrivalConstant spaces requests exactly 1/Rate apart.
+	ArrivalConstant Arrival = "constant"
+	// ArrivalPoisson draws exponentially distributed gaps with mean 1/Rate.
+	ArrivalPoisson Arrival = "poisson"
+)
+
+// Header is one request header line.
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Body is one request payload. Bodies are shared read-only between workers.
+type Body struct {
+	Name string // where it came from (file name), for reports
+	Data []byte
+}
+
+// Config describes one load run. Zero values mean defaults where noted.
+// A Config must not be modified while Run uses it.
+type Config struct {
+	URL     string
+	Method  string // default GET, or POST when Bodies is set
+	Headers []Header
+	// Bodies are sent in rotation: request i carries Bodies[i % len].
+	Bodies []Body
+
+	// Concurrency is the number of workers: in closed-loop mode the number
+	// of requests kept in flight, in open-loop mode the most requests in
+	// flight at once. Default 1 closed-loop, 100 open-loop.
+	Concurrency int
+	// Rate > 0 selects open-loop mode: requests per second.
+	Rate float64
+	// Arrival is the open-loop arrival process (default constant).
+	Arrival Arrival
+	// Seed makes Poisson arrivals reproducible (0 picks 1).
+	Seed uint64
+
+	// Requests is the number of measured requests; Duration the measured
+	// time. At least one must be set; when both are, the first reached ends
+	// the run.
+	Requests int
+	Duration time.Duration
+	// WarmupRequests or WarmupDuration requests are sent first and left
+	// out of every figure.
+	WarmupRequests int
+	WarmupDuration time.Duration
+
+	// KeepAlive reuses connections (default false in the zero Config; the
+	// CLI defaults to true).
+	KeepAlive bool
+	// Timeout bounds each request, dial included (default 30s).
+	Timeout time.Duration
+
+	// Progress, when set, is called about every ProgressInterval (default
+	// 250ms) from one goroutine, and once at the end.
+	Progress         func(Progress)
+	ProgressInterval time.Duration
+}
+
+// OpenLoop reports whether c describes an open-loop (fixed-rate) run.
+func (c *Config) OpenLoop() bool { return c.Rate > 0 }
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("loadtest: invalid config")
+
+func (c *Config) normalize() error {
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return fmt.Errorf("%w: cannot parse URL %q: %v", ErrConfig, c.URL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%w: URL %q must be http:// or https:// with a host", ErrConfig, c.URL)
+	}
+	if c.Method == "" {
+		c.Method = "GET"
+		if len(c.Bodies) > 0 {
+			c.Method = "POST"
+		}
+	}
+	c.Method = strings.ToUpper(c.Method)
+	if c.Rate < 0 {
+		return fmt.Errorf("%w: rate %v must be >= 0", ErrConfig, c.Rate)
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("%w: concurrency %d must be >= 0", ErrConfig, c.Concurrency)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+		if c.OpenLoop() {
+			c.Concurrency = 100
+		}
+	}
+	switch c.Arrival {
+	case "":
+		c.Arrival = ArrivalConstant
+	case ArrivalConstant, ArrivalPoisson:
+	default:
+		return fmt.Errorf("%w: arrival %q must be %q or %q", ErrConfig, c.Arrival, ArrivalConstant, ArrivalPoisson)
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Requests < 0 || c.Duration < 0 || c.WarmupRequests < 0 || c.WarmupDuration < 0 {
+		return fmt.Errorf("%w: requests, duration and warmup must be >= 0", ErrConfig)
+	}
+	if c.Requests == 0 && c.Duration == 0 {
+		return fmt.Errorf("%w: set a number of requests or a duration", ErrConfig)
+	}
+	if c.WarmupRequests > 0 && c.WarmupDuration > 0 {
+		return fmt.Errorf("%w: warmup is a number of requests or a duration, not both", ErrConfig)
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = 250 * time.Millisecond
+	}
+	return nil
+}

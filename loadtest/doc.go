@@ -1,0 +1,14 @@
+// Package loadtest is the gateway's load generator: it sends HTTP requests
+// to one URL in a closed loop (N workers, each sending its next request when
+// the previous one finishes, like ab or hey) or an open loop (requests
+// scheduled at a fixed or Poisson rate whatever the server does, with a
+// bounded worker pool), and measures latency from each request's intended
+// send time so a stalled server cannot hide its stall (no coordinated
+// omission). It owns the pacer, the fasthttp client set-up, a log-linear
+// HDR-style Histogram (≤1 % relative error), the Result with its per-second
+// timeline and its text, JSON and standalone-HTML (inline SVG) renderings,
+// concurrency/rate sweeps, and a small Prometheus text parser used to read
+// the server's batch counters around each sweep step. It must not import
+// any server package of this repository (gateway, batcher, preprocess,
+// runtime, configs): it talks to the server over HTTP only, like any client.
+package loadtest

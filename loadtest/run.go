@@ -1,0 +1,352 @@
+package loadtest
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Progress is a snapshot of a running test, passed to Config.Progress.
+type Progress struct {
+	Elapsed   time.Duration // since the start, warm-up included
+	Warmup    bool          // still in the warm-up phase
+	Sent      uint64        // requests sent, warm-up included
+	Completed uint64        // requests finished (response or error)
+	OK        uint64        // finished with a 2xx status
+	Errors    uint64        // finished otherwise
+	// Fraction is the estimated share of the run done, in [0, 1].
+	Fraction float64
+	Done     bool // the last call
+}
+
+// job is one open-loop request released by the pacer.
+type job struct {
+	seq, intended int64
+	warm          bool
+}
+
+// sample is what a worker hands the collector for one request; times are
+// nanoseconds since the run's start.
+type sample struct {
+	intended int64 // when the request should have been sent
+	sent     int64 // when it was sent
+	done     int64 // when it finished
+	bytesIn  int64
+	bytesOut int64
+	status   int32
+	kind     errKind
+	warm     bool
+	err      error // kept only for the first error of each kind
+}
+
+// pacer hands out sequence numbers and intended send times. In open-loop
+// mode the times follow the arrival process whatever the workers do, so a
+// worker that picks up a request late still measures from its intended time.
+type pacer struct {
+	mu       sync.Mutex
+	cfg      *Config
+	start    time.Time
+	seq      int64   // next sequence number
+	measured int64   // measured requests handed out
+	next     float64 // open loop: offset of the next intended time, seconds
+	rng      *rand.Rand
+	stopped  bool
+
+	measureStart atomic.Int64 // ns since start; -1 until the measured phase begins
+	measureEnd   int64        // end of the measured phase, ns since start; 0 if no duration (guarded by mu)
+}
+
+func newPacer(cfg *Config, start time.Time) *pacer {
+	p := &pacer{cfg: cfg, start: start, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	p.measureStart.Store(-1)
+	if cfg.WarmupRequests == 0 {
+		p.beginMeasure(int64(cfg.WarmupDuration))
+	}
+	return p
+}
+
+func (p *pacer) beginMeasure(at int64) {
+	p.measureStart.Store(at)
+	if p.cfg.Duration > 0 {
+		p.measureEnd = at + int64(p.cfg.Duration)
+	}
+}
+
+// claim returns the next request's sequence number, intended time (ns since
+// start; for closed loop the claim time) and whether it is a warm-up request.
+// ok is false when the run is over.
+func (p *pacer) claim() (seq, intended int64, warm, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return 0, 0, false, false
+	}
+	c := p.cfg
+	if c.OpenLoop() {
+		intended = int64(p.next * 1e9)
+	} else {
+		intended = int64(time.Since(p.start))
+	}
+	warm = p.seq < int64(c.WarmupRequests) || intended < int64(c.WarmupDuration)
+	if !warm {
+		if p.measured == 0 && c.WarmupRequests > 0 {
+			p.beginMeasure(intended)
+		}
+		if (c.Requests > 0 && p.measured >= int64(c.Requests)) ||
+			(p.measureEnd > 0 && intended >= p.measureEnd) {
+			p.stopped = true
+			return 0, 0, false, false
+		}
+		p.measured++
+	}
+	if c.OpenLoop() {
+		if c.Arrival == ArrivalPoisson {
+			p.next += p.rng.ExpFloat64() / c.Rate
+		} else {
+			p.next = float64(p.seq+1) / c.Rate
+		}
+	}
+	seq = p.seq
+	p.seq++
+	return seq, intended, warm, true
+}
+
+func (p *pacer) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+}
+
+// hostClient builds the fasthttp client for cfg: one connection per worker
+// at most, no retries (a retried request would hide a failure and skew its
+// latency), and the user agent named after this tool.
+func hostClient(cfg *Config, u *url.URL) *fasthttp.HostClient {
+	addr := u.Host
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(strings.Trim(addr, "[]"), port)
+	}
+	return &fasthttp.HostClient{
+		Addr:                      addr,
+		Name:                      "imagegate-loadtest",
+		IsTLS:                     u.Scheme == "https",
+		MaxConns:                  cfg.Concurrency,
+		MaxConnWaitTimeout:        cfg.Timeout,
+		MaxIdemponentCallAttempts: 1,
+		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		ReadBufferSize:            16 << 10,
+		WriteBufferSize:           64 << 10,
+		DisablePathNormalizing:    true,
+	}
+}
+
+// Run executes one load test described by cfg and returns its result. It
+// returns early, with the figures so far, when ctx is cancelled; requests
+// in flight then finish or time out first. An error is returned only for an
+// invalid configuration.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(cfg.URL)
+	client := hostClient(&cfg, u)
+	defer client.CloseIdleConnections()
+
+	cpu0 := readCPU()
+	start := time.Now()
+	p := newPacer(&cfg, start)
+	col := newCollector(&cfg, p)
+	results := make(chan sample, max(1024, 4*cfg.Concurrency))
+	var sent atomic.Uint64
+
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for s := range results {
+			col.add(s)
+		}
+	}()
+
+	progressDone := make(chan struct{})
+	progressStopped := make(chan struct{})
+	if cfg.Progress != nil {
+		go func() {
+			defer close(progressStopped)
+			t := time.NewTicker(cfg.ProgressInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-progressDone:
+					return
+				case <-t.C:
+					cfg.Progress(col.progress(time.Since(start), sent.Load(), false))
+				}
+			}
+		}()
+	} else {
+		close(progressStopped)
+	}
+
+	stopCtx := context.AfterFunc(ctx, p.stop)
+	defer stopCtx()
+
+	var wg sync.WaitGroup
+	if cfg.OpenLoop() {
+		// One pacer goroutine releases each request at its intended time;
+		// when every worker is busy it blocks, and the request goes out as
+		// soon as a worker is free, its latency still counted from the
+		// intended time.
+		jobs := make(chan job)
+		go func() {
+			defer close(jobs)
+			lockPacerThread()
+			for {
+				seq, intended, warm, ok := p.claim()
+				if !ok || !waitUntil(ctx, start.Add(time.Duration(intended))) {
+					return
+				}
+				select {
+				case jobs <- job{seq, intended, warm}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		for range cfg.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w := newWorker(&cfg, client)
+				defer w.release()
+				for j := range jobs {
+					sent.Add(1)
+					results <- w.do(start, j.seq, j.intended, j.warm)
+				}
+			}()
+		}
+	} else {
+		for range cfg.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w := newWorker(&cfg, client)
+				defer w.release()
+				for {
+					seq, intended, warm, ok := p.claim()
+					if !ok {
+						return
+					}
+					sent.Add(1)
+					results <- w.do(start, seq, intended, warm)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(results)
+	<-collected
+	close(progressDone)
+	<-progressStopped
+	end := time.Now()
+	cpu1 := readCPU()
+
+	res := col.result(start, end, cpu1.sub(cpu0))
+	if cfg.Progress != nil {
+		cfg.Progress(col.progress(end.Sub(start), sent.Load(), true))
+	}
+	return res, nil
+}
+
+// worker owns one reusable request/response pair.
+type worker struct {
+	cfg    *Config
+	client *fasthttp.HostClient
+	req    *fasthttp.Request
+	resp   *fasthttp.Response
+}
+
+func newWorker(cfg *Config, client *fasthttp.HostClient) *worker {
+	w := &worker{cfg: cfg, client: client, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
+	w.req.SetRequestURI(cfg.URL)
+	w.req.Header.SetMethod(cfg.Method)
+	for _, h := range cfg.Headers {
+		if strings.EqualFold(h.Name, "Host") {
+			w.req.UseHostHeader = true
+			w.req.Header.SetHost(h.Value)
+			continue
+		}
+		w.req.Header.Set(h.Name, h.Value)
+	}
+	if !cfg.KeepAlive {
+		w.req.SetConnectionClose()
+	}
+	return w
+}
+
+func (w *worker) release() {
+	fasthttp.ReleaseRequest(w.req)
+	fasthttp.ReleaseResponse(w.resp)
+}
+
+// waitUntil waits for t, with a Go timer for the bulk (so cancellation is
+// noticed) and a precise sleep for the last 2ms. It reports false if ctx
+// ended first.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	const precise = 2 * time.Millisecond
+	if d := time.Until(t) - precise; d > 0 {
+		timer := time.NewTimer(d)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		}
+	}
+	// Loop: a signal (the runtime preempts with SIGURG) ends nanosleep early.
+	for d := time.Until(t); d > 0; d = time.Until(t) {
+		sleepShort(d)
+	}
+	return ctx.Err() == nil
+}
+
+// do sends one request and returns its sample.
+func (w *worker) do(start time.Time, seq, intended int64, warm bool) sample {
+	var out int64
+	if n := len(w.cfg.Bodies); n > 0 {
+		body := w.cfg.Bodies[seq%int64(n)].Data
+		w.req.SetBodyRaw(body)
+		out = int64(len(body))
+	}
+	t0 := time.Now()
+	err := w.client.DoTimeout(w.req, w.resp, w.cfg.Timeout)
+	t1 := time.Now()
+	s := sample{
+		sent:     int64(t0.Sub(start)),
+		done:     int64(t1.Sub(start)),
+		warm:     warm,
+		bytesOut: out,
+	}
+	s.intended = intended
+	if !w.cfg.OpenLoop() {
+		s.intended = s.sent // closed loop: the request is intended when it is sent
+	}
+	if err != nil {
+		s.kind = classify(err)
+		s.err = err
+	} else {
+		s.status = int32(w.resp.StatusCode())
+		s.bytesIn = int64(len(w.resp.Body()))
+	}
+	w.resp.Reset()
+	return s
+}
