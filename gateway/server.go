@@ -293,11 +293,7 @@ func imageBytes(ctx *fasthttp.RequestCtx, j *job) ([]byte, error) {
 	switch {
 	case len(ct) == 0 && len(body) > 0 && (body[0] == '{' || body[0] == ' ' || body[0] == '\n'),
 		bytes.EqualFold(ct, []byte("application/json")):
-		field, err := extractJSONField(body, "image")
-		if err != nil {
-			return nil, err
-		}
-		img, scratch, err := decodeBase64(j.img, j.scratch, field)
+		img, scratch, err := DecodeJSONImage(body, j.img, j.scratch)
 		j.scratch = scratch
 		if err != nil {
 			return nil, err

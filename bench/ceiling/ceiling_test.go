@@ -1,0 +1,87 @@
+// Package ceiling measures the in-process ceiling of the gateway's work on the article's
+// payload: JSON body → base64 → decode + preprocess → ONNX Runtime, with as many workers as
+// CPUs (each with its own single-threaded session, batch 1) and no HTTP. The benchmark report
+// compares the gateway end to end against this figure.
+package ceiling
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/imagegate/imagegate/gateway"
+	"github.com/imagegate/imagegate/preprocess"
+	"github.com/imagegate/imagegate/runtime/ort"
+)
+
+func setup(b *testing.B) []byte {
+	body, err := os.ReadFile("../../../shared/seed/rime_5868.json")
+	if err != nil {
+		b.Skip("../shared/seed/rime_5868.json not found (../shared must be beside the checkout):", err)
+	}
+	lib := os.Getenv("ONNXRUNTIME_LIB")
+	if lib == "" {
+		lib, _ = filepath.Abs("../../.deps/onnxruntime/libonnxruntime.so")
+	}
+	if _, err := os.Stat(lib); err != nil {
+		b.Skip("ONNX Runtime is not installed (scripts/setup-onnxruntime.sh):", err)
+	}
+	if err := ort.Init(lib); err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkCeiling reports images/s for the whole per-request path without HTTP.
+func BenchmarkCeiling(b *testing.B) {
+	body := setup(b)
+	pre, err := preprocess.New(preprocess.Options{Width: 224, Height: 224, Resize: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	workers := runtime.NumCPU()
+	sessions := make([]*ort.Session, workers)
+	for i := range sessions {
+		s, err := ort.NewSession(ort.SessionConfig{ModelPath: "../../models/mobilenet_v3_small/model.onnx", InputName: "input",
+			OutputName: "output", InputShape: []int64{3, 224, 224}, MaxBatchSize: 1, IntraOp: 1, InterOp: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		sessions[i] = s
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(s *ort.Session) {
+			defer wg.Done()
+			var img, scratch []byte
+			for next.Add(1) <= int64(b.N) {
+				var err error
+				img, scratch, err = gateway.DecodeJSONImage(body, img, scratch)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := pre.Process(img, s.Input(0)); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := s.Run(1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(sessions[w])
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "images/s")
+}
