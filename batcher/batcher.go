@@ -49,6 +49,14 @@ type RunFunc[In, Out any] func(instance int, in []In, out []Out) error
 
 // AdaptiveConfig enables the adaptive window.
 //
+// The largest batch formed is not MaxBatchSize but an efficiency cap learnt
+// from the run time per item measured for each power-of-two class of batch
+// sizes: under a deep queue it steps down from MaxBatchSize while smaller
+// batches are cheaper per item, and the class above it is retried every 16
+// batches (see efficiency). So on a CPU where large batches cost more per
+// item, a saturating load forms small batches; on hardware that rewards
+// batching, the largest.
+//
 // The batcher fits the run time of a batch of n items as S(n) = a + b·n by
 // exponentially weighted least squares over successful runs (S = 0 before the
 // first one), and tracks the last arrival time tl and the mean gap g between
@@ -181,6 +189,9 @@ type Stats struct {
 	ServiceBase, ServicePerItem time.Duration
 	// ArrivalGap is the mean gap between arrivals (adaptive mode only).
 	ArrivalGap time.Duration
+	// AdaptiveCap is the largest batch the adaptive mode currently forms outside exploration
+	// (the most efficient size measured so far); 0 outside adaptive mode.
+	AdaptiveCap int
 }
 
 const (
@@ -237,6 +248,7 @@ type Batcher[In, Out any] struct {
 	inflight   int  // batches running
 	idleStart  bool // adaptive: an item arrived while nothing was queued or running
 	model      serviceModel
+	eff        efficiency // adaptive mode: per-size run time per item
 	st         Stats
 }
 
@@ -310,6 +322,7 @@ func New[In, Out any](cfg Config, run RunFunc[In, Out], hooks Hooks) (*Batcher[I
 		done:     make(chan struct{}),
 		levels:   make([]level[In, Out], cfg.Priorities),
 		model:    serviceModel{alpha: alpha, gapCap: gapCap},
+		eff:      newEfficiency(cfg.MaxBatchSize, alpha),
 	}
 	if len(prefs) > 0 {
 		b.wakeAt = min(b.wakeAt, prefs[0])
@@ -608,6 +621,7 @@ func (b *Batcher[In, Out]) Stats() Stats {
 	s.ServicePerItem = time.Duration(b.model.b)
 	if b.adaptive {
 		s.ArrivalGap = b.model.meanGap()
+		s.AdaptiveCap = b.eff.cap()
 	}
 	return s
 }

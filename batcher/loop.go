@@ -90,6 +90,11 @@ func (b *Batcher[In, Out]) assemble(l *loopState[In, Out]) (exit bool) {
 // b.mu must be held and b.n > 0.
 func (b *Batcher[In, Out]) decide(now time.Time) (int, time.Time) {
 	n, m := b.n, b.cfg.MaxBatchSize
+	if b.adaptive {
+		// The largest batch worth forming now: the measured most efficient size, or a size
+		// being explored (see efficiency).
+		m = b.eff.limit()
+	}
 	if n >= m {
 		return m, time.Time{}
 	}
@@ -221,6 +226,9 @@ func (b *Batcher[In, Out]) runBatch(l *loopState[In, Out]) {
 	if err == nil {
 		b.st.Completed += uint64(n)
 		b.model.observe(n, d)
+		if b.adaptive {
+			b.eff.observe(n, float64(d))
+		}
 	} else {
 		b.st.Failed += uint64(n)
 	}

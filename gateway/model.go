@@ -143,6 +143,9 @@ func newModel(spec ModelSpec, set *metrics.Set) (*model, error) {
 	set.NewGauge("gateway_queue_length"+l, func() float64 { return float64(b.QueueLen()) })
 	set.NewGauge("gateway_queue_capacity"+l, func() float64 { return float64(c.Batching.MaxQueueSize) })
 	set.NewGauge("gateway_max_batch_size"+l, func() float64 { return float64(c.Batching.MaxBatchSize) })
+	if bc.Adaptive != nil {
+		set.NewGauge("gateway_adaptive_batch_cap"+l, func() float64 { return float64(b.Stats().AdaptiveCap) })
+	}
 	return m, nil
 }
 
