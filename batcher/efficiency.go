@@ -109,6 +109,26 @@ func (e *efficiency) capClass() (capK, best int) {
 	return capK, best
 }
 
+// worthWaiting reports whether waiting for n queued items to grow towards m is expected to
+// lower the run time per item by more than capTolerance; unmeasured sizes count as worth it
+// (the window then decides, within the latency target, and the wait measures them).
+// Within one class the fitted S(n) = a + b·n (model) compares the two sizes instead.
+func (e *efficiency) worthWaiting(n, m int, model *serviceModel) bool {
+	kn, km := sizeClass(n), sizeClass(m)
+	if kn == km {
+		if model.samples == 0 {
+			return true
+		}
+		perN := float64(model.predict(n)) / float64(n)
+		perM := float64(model.predict(m)) / float64(m)
+		return perM < perN*(1-capTolerance)
+	}
+	if e.samples[kn] == 0 || e.samples[km] == 0 {
+		return true
+	}
+	return e.perItem[km] < e.perItem[kn]*(1-capTolerance)
+}
+
 // cap reports the current cap (for Stats).
 func (e *efficiency) cap() int {
 	k, _ := e.capClass()

@@ -114,7 +114,7 @@ func (b *Batcher[In, Out]) decide(now time.Time) (int, time.Time) {
 		}
 		return 0, until
 	}
-	if b.idleStart {
+	if b.idleStart || !b.eff.worthWaiting(n, m, &b.model) {
 		return n, time.Time{}
 	}
 	latest := t0.Add(b.cfg.Adaptive.LatencyTarget - b.model.predict(n+1))
