@@ -6,7 +6,7 @@ CONFIG ?= configs/gateway.yaml
 ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so
 export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 
-.PHONY: setup setup-test build run test test-short fuzz bench check vet clean
+.PHONY: setup setup-test build run test fuzz bench check vet clean
 
 setup:
 	scripts/setup.sh
@@ -14,8 +14,10 @@ setup:
 setup-test:
 	scripts/setup.sh test
 
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -trimpath -o bin/gateway ./cmd/gateway
+	$(GO) build -trimpath -ldflags "-X github.com/imagegate/imagegate/gateway.Version=$(VERSION)" -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -o bin/loadtest ./cmd/loadtest
 
 run: setup build
@@ -42,6 +44,11 @@ fuzz:
 	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# The side-by-side benchmark report, docs/benchmarks.md (about 15 minutes; installs the peers'
+# Debian and npm packages). N, RUNS, WARM, STEP, RATES, PEERS=0: see bench/run.sh.
+bench: setup
+	bench/run.sh
 
 clean:
 	rm -rf bin

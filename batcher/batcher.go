@@ -130,6 +130,14 @@ type Config struct {
 	// Runs in progress, the window and later higher-priority arrivals are not
 	// counted, so only items that are late even in the best case are shed.
 	DisableShedding bool
+	// CostClock, optional, measures what a run costs for the adaptive mode's
+	// per-item efficiency (not its latency predictions, which use wall time).
+	// It is read on the batch loop's goroutine just before and after run, and
+	// when it is set each loop is locked to its OS thread for its lifetime, so
+	// a per-thread CPU clock (CLOCK_THREAD_CPUTIME_ID) measures the compute of
+	// a single-threaded run without the time it was preempted by other work.
+	// nil: wall time.
+	CostClock func() time.Duration
 }
 
 // SubmitOptions are per-item options.

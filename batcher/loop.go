@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -20,6 +21,10 @@ type loopState[In, Out any] struct {
 // holder of b.tok) and release the turn before running, so the next batch is
 // assembled while this one runs. A loop that is running holds no queued item.
 func (b *Batcher[In, Out]) loop(instance int) {
+	if b.cfg.CostClock != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	m := b.cfg.MaxBatchSize
 	l := &loopState[In, Out]{
 		instance: instance,
@@ -200,9 +205,17 @@ func (b *Batcher[In, Out]) report(l *loopState[In, Out]) {
 func (b *Batcher[In, Out]) runBatch(l *loopState[In, Out]) {
 	n := len(l.items)
 	ins, outs := l.ins[:n], l.outs[:n]
+	var cost0 time.Duration
+	if b.cfg.CostClock != nil {
+		cost0 = b.cfg.CostClock()
+	}
 	start := time.Now()
 	runErr := b.run(l.instance, ins, outs)
 	d := time.Since(start)
+	cost := d
+	if b.cfg.CostClock != nil {
+		cost = b.cfg.CostClock() - cost0
+	}
 	clear(ins)
 	var err error
 	if runErr != nil {
@@ -227,7 +240,7 @@ func (b *Batcher[In, Out]) runBatch(l *loopState[In, Out]) {
 		b.st.Completed += uint64(n)
 		b.model.observe(n, d)
 		if b.adaptive {
-			b.eff.observe(n, float64(d))
+			b.eff.observe(n, float64(cost))
 		}
 	} else {
 		b.st.Failed += uint64(n)

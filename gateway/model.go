@@ -117,6 +117,12 @@ func newModel(spec ModelSpec, set *metrics.Set) (*model, error) {
 	}
 	if t := c.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}
+		// A run on the CPU provider with one intra-op thread executes on the batch loop's
+		// own thread, whose CPU time is then its true cost (other threads preempting it on a
+		// busy machine would inflate wall time at random).
+		if c.Runtime.IntraOpThreads == 1 && c.Runtime.ExecutionProvider == "cpu" {
+			bc.CostClock = threadCPUClock()
+		}
 	}
 	hooks := batcher.Hooks{
 		QueueWait: func(d time.Duration) { m.queueWait.Update(d.Seconds()) },
