@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# make bench: the side-by-side benchmark report, docs/benchmarks.md.
+#
+# On this machine, one after another, on the article's payload ../shared/seed/rime_5868.json:
+#   1. the article's naive PyTorch + FastAPI service (bench/torch_service)
+#   2. a Node.js service: node http + cluster, sharp, onnxruntime-node (bench/node_service)
+#   3. the in-process ceiling: our decode + preprocess + inference path, no HTTP (bench/ceiling)
+#   4. the gateway with batching off (max_batch_size: 1)
+#   5. the gateway with its shipped configuration (configs/gateway.yaml)
+# each warmed up, then RUNS runs of `ab -n N -c 50` and of `loadtest -n N -c 50`; medians.
+# Then the batching matrix: the gateway with batching off, a fixed window and the adaptive
+# window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
+# size from /metrics).
+#
+# Environment: N (requests per run, 2000), RUNS (3), WARM (requests, 400), STEP (matrix step
+# duration, 8s), RATES (open-loop rates, "100,250"), OUT (docs/benchmarks.md), PEERS=0 to skip
+# the peers (torch, node).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PATH=$PATH:/usr/local/go/bin
+N=${N:-2000}
+RUNS=${RUNS:-3}
+WARM=${WARM:-400}
+STEP=${STEP:-8s}
+RATES=${RATES:-100,250}
+REPORT=${OUT:-docs/benchmarks.md}
+PEERS=${PEERS:-1}
+PAYLOAD=$ROOT/../shared/seed/rime_5868.json
+WORK=$ROOT/bench/out/run
+PORT=18190
+export ONNXRUNTIME_LIB=${ONNXRUNTIME_LIB:-$ROOT/.deps/onnxruntime/libonnxruntime.so}
+
+[ -f "$PAYLOAD" ] || { echo "bench: $PAYLOAD is missing (../shared must be beside the checkout)" >&2; exit 1; }
+command -v ab >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apache2-utils >/dev/null; }
+make -s build
+rm -rf "$WORK" && mkdir -p "$WORK"
+log() { echo "bench: $*" >&2; }
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# peak RSS (MiB): the sum of VmHWM over the server's processes (its session)
+peak_rss() {
+  local sid=$1 total=0 p
+  for p in $(ps -o pid= -s "$sid" 2>/dev/null); do
+    total=$((total + $(awk '/^VmHWM/ {print $2}' /proc/$p/status 2>/dev/null || echo 0)))
+  done
+  echo $((total / 1024))
+}
+
+# start NAME CMD...: starts a server in its own session, prints its start-up time (ms from
+# exec to the first successful POST /predict/) into $WORK/NAME.startup; sets SPID
+start() {
+  local name=$1; shift
+  local t0 t1 i
+  t0=$(date +%s%N)
+  setsid "$@" >"$WORK/$name.log" 2>&1 </dev/null &
+  SPID=$!
+  for i in $(seq 1 3000); do
+    if curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "http://127.0.0.1:$PORT/predict/" 2>/dev/null; then
+      t1=$(date +%s%N)
+      echo $(( (t1 - t0) / 1000000 )) > "$WORK/$name.startup"
+      return 0
+    fi
+    kill -0 "$SPID" 2>/dev/null || { log "$name exited during start-up:"; tail -20 "$WORK/$name.log" >&2; return 1; }
+    sleep 0.01
+  done
+  log "$name did not answer in 30 s"; return 1
+}
+
+stop() {
+  kill -TERM -- "-$SPID" 2>/dev/null || kill -TERM "$SPID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$SPID" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL -- "-$SPID" 2>/dev/null || true
+}
+
+URL() { echo "http://127.0.0.1:$PORT/predict/"; }
+
+# measure NAME: warm-up, then RUNS x (ab, loadtest); writes $WORK/NAME.row
+measure() {
+  local name=$1 r
+  log "$name: warm-up ($WARM requests)"
+  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
+  : >"$WORK/$name.ab"; : >"$WORK/$name.lt"
+  for r in $(seq 1 "$RUNS"); do
+    log "$name: run $r/$RUNS"
+    ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >"$WORK/$name.ab.$r" 2>&1 || true
+    awk '/^Requests per second/ {rps=$4} /^Failed requests/ {f=$3} /^Non-2xx/ {n=$3} /^  50%/ {p50=$2} /^  99%/ {p99=$2}
+         END {print rps, p50, p99, f + n}' "$WORK/$name.ab.$r" >>"$WORK/$name.ab"
+    bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" >"$WORK/$name.lt.$r" 2>&1 || true
+    awk '/^Throughput:/ {rps=$2} /^Errors:/ {e=$2} /^  min/ {for (i=1;i<=NF;i++) {if ($i=="p50") p50=$(i+1); if ($i=="p99") p99=$(i+1)}}
+         END {print rps, p50, p99, e}' "$WORK/$name.lt.$r" >>"$WORK/$name.lt"
+  done
+  local rss; rss=$(peak_rss "$SPID")
+  col() { awk -v c="$2" '{print $c}' "$WORK/$name.$1" | median; }
+  echo "$(col ab 1) $(col ab 2) $(col ab 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.ab") $(col lt 1) $(col lt 2) $(col lt 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.lt") $rss $(cat "$WORK/$name.startup")" >"$WORK/$name.row"
+}
+
+gateway_config() { # NAME BATCHING RUNTIME: a copy of the shipped config with batching/runtime replaced
+  sed -e "s#\.\./models#$ROOT/models#" \
+      -e "s#^    batching: .*#    batching: $2#" \
+      -e "s#^    runtime: .*#    runtime: $3#" configs/gateway.yaml >"$WORK/$1.yaml"
+}
+
+SHIPPED_BATCHING=$(sed -n 's/^    batching: //p' configs/gateway.yaml)
+SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
+gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
+gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
+
+servers=()
+if [ "$PEERS" = 1 ]; then
+  SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
+  bench/peers.sh setup-node >/dev/null
+  export STATE_DICT=$ROOT/bench/out/torch_state_dict.pt
+  (cd bench/torch_service && start torch /usr/bin/python3 -m uvicorn app:app --host 127.0.0.1 --port $PORT --workers "$(nproc)" --log-level warning) || exit 1
+  SPID=$(pgrep -f "uvicorn app:app --host 127.0.0.1 --port $PORT" | head -1)
+  measure torch; stop
+  (cd bench/node_service && start node env PORT=$PORT WORKERS="$(nproc)" node server.js) || exit 1
+  SPID=$(pgrep -f "node server.js" | head -1)
+  measure node; stop
+  servers+=(torch node)
+fi
+start gateway_off bin/gateway -config "$WORK/gateway_off.yaml" -listen 127.0.0.1:$PORT
+measure gateway_off; stop
+start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
+measure gateway_best; stop
+servers+=(gateway_off gateway_best)
+
+log "in-process ceiling ($RUNS runs)"
+: >"$WORK/ceiling"
+for r in $(seq 1 "$RUNS"); do
+  go test -run '^$' -bench Ceiling -benchtime "${N}x" ./bench/ceiling/ | awk '/images\/s/ {for (i=1;i<=NF;i++) if ($(i+1)=="images/s") print $i}' >>"$WORK/ceiling"
+done
+CEILING=$(median <"$WORK/ceiling")
+
+# The batching matrix.
+gateway_config mx_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
+gateway_config mx_fixed "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
+gateway_config mx_fixed32 "{max_batch_size: 32, max_queue_delay: 2ms, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
+gateway_config mx_adaptive "{max_batch_size: 32, max_queue_size: 1024, adaptive: {latency_target: 50ms}}" "$SHIPPED_RUNTIME"
+for cfg in mx_off mx_fixed mx_fixed32 mx_adaptive; do
+  start "$cfg" bin/gateway -config "$WORK/$cfg.yaml" -listen 127.0.0.1:$PORT
+  log "$cfg: closed-loop sweep"
+  bin/loadtest sweep -q -c 1,8,50 -duration "$STEP" -warmup 1s -body "$PAYLOAD" -metrics "http://127.0.0.1:$PORT/metrics" \
+    -o "$WORK/$cfg.closed.json" "$(URL)" >"$WORK/$cfg.closed.txt" 2>&1
+  log "$cfg: open-loop sweep"
+  bin/loadtest sweep -q -rates "$RATES" -c 200 -duration "$STEP" -warmup 1s -body "$PAYLOAD" -metrics "http://127.0.0.1:$PORT/metrics" \
+    -o "$WORK/$cfg.open.json" "$(URL)" >"$WORK/$cfg.open.txt" 2>&1
+  stop
+done
+
+# The report.
+row() { cat "$WORK/$1.row"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
+label() {
+  case $1 in
+    torch) echo "PyTorch + FastAPI (the article's naive service, $(nproc) uvicorn workers)" ;;
+    node) echo "Node.js: sharp + onnxruntime-node, $(nproc) cluster workers, unbatched" ;;
+    gateway_off) echo "imagegate, batching off (max_batch_size: 1)" ;;
+    gateway_best) echo "imagegate, shipped config (configs/gateway.yaml)" ;;
+  esac
+}
+{
+  echo "# Benchmarks"
+  echo
+  echo "Generated by \`make bench\` (bench/run.sh) on $(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'),"
+  echo "$(nproc) cores, $(uname -sr). Load generators run on the same cores as the servers. Payload: the article's"
+  echo "\`rime_5868.json\` (a 1200x727 JPEG as base64 in JSON, 309,809 bytes). Each server is warmed up with $WARM"
+  echo "requests, then measured $RUNS times with each tool; figures are medians; failures are summed over the runs."
+  echo "All serve the same model (models/mobilenet_v3_small, 1 intra-op thread per worker or session)."
+  echo
+  echo "Commands: \`ab -n $N -c 50 -p rime_5868.json -T application/json URL\` and"
+  echo "\`bin/loadtest -n $N -c 50 -body rime_5868.json URL\`."
+  echo
+  echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | start-up ms |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  for s in "${servers[@]}"; do
+    read -r a1 a2 a3 a4 l1 l2 l3 l4 rss st < <(row "$s")
+    echo "| $(label "$s") | $a1 | $a2 | $a3 | $a4 | $l1 | $l2 | $l3 | $l4 | $rss | $st |"
+  done
+  echo "| in-process ceiling (bench/ceiling: JSON → decode → preprocess → ORT, $(nproc) workers, no HTTP) | $CEILING images/s | | | | | | | | | |"
+  echo
+  best=$(awk '{print $1}' "$WORK/gateway_best.row")
+  off=$(awk '{print $1}' "$WORK/gateway_off.row")
+  echo "Ratios (ab req/s, same run):"
+  echo
+  echo "- imagegate shipped config / in-process ceiling: $(ratio "$best" "$CEILING")"
+  if [ "$PEERS" = 1 ]; then
+    echo "- imagegate shipped config / PyTorch + FastAPI: $(ratio "$best" "$(awk '{print $1}' "$WORK/torch.row")")"
+    echo "- imagegate shipped config / Node.js sharp + onnxruntime-node: $(ratio "$best" "$(awk '{print $1}' "$WORK/node.row")")"
+  fi
+  echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
+  echo
+  echo "Peak RSS is the sum of VmHWM over the server's processes (uvicorn and node run one process"
+  echo "per worker plus a parent). Start-up is from exec to the first successful \`POST /predict/\`."
+  echo
+  echo "## Batching: off, fixed window, adaptive window"
+  echo
+  echo "The gateway with \`$SHIPPED_RUNTIME\` and three batching settings:"
+  echo
+  echo "- off: \`{max_batch_size: 1}\`"
+  echo "- fixed: the shipped \`$SHIPPED_BATCHING\`"
+  echo "- fixed32: \`{max_batch_size: 32, max_queue_delay: 2ms}\`"
+  echo "- adaptive: \`{max_batch_size: 32, adaptive: {latency_target: 50ms}}\`"
+  echo
+  echo "Closed loop at concurrency 1, 8, 50 and open loop at $RATES req/s (constant arrivals, latency"
+  echo "from the intended send time), $STEP per step after 1 s of warm-up:"
+  echo "\`bin/loadtest sweep -c 1,8,50 -duration $STEP ...\` and \`bin/loadtest sweep -rates $RATES -c 200 ...\`."
+  echo "Mean batch size from \`gateway_batch_items_total / gateway_batches_total\` over each step."
+  for cfg in mx_off mx_fixed mx_fixed32 mx_adaptive; do
+    echo
+    echo "### ${cfg#mx_}"
+    echo
+    echo '```'
+    grep -v '^$' "$WORK/$cfg.closed.txt"
+    grep -v '^$' "$WORK/$cfg.open.txt"
+    echo '```'
+  done
+} >"$REPORT"
+log "wrote $REPORT"
