@@ -95,6 +95,9 @@ type Preprocess struct {
 	// Scale: normalized (default) feeds (x/255-mean)/std; raw feeds 0..255 values, for models
 	// that embed their own normalization.
 	Scale string `yaml:"scale"`
+	// FullDecode decodes JPEGs at full size instead of the smallest DCT scale that covers the
+	// resize target: bit-identical to torchvision (PIL), about 2 ms slower per photo.
+	FullDecode bool `yaml:"full_decode"`
 	// MaxPixels refuses images whose header declares more pixels. Default 50,000,000.
 	MaxPixels int64 `yaml:"max_pixels"`
 }

@@ -55,13 +55,14 @@ func newModel(spec ModelSpec, set *metrics.Set) (*model, error) {
 			c.Name, len(spec.Labels), c.Labels, r0.Classes())
 	}
 	po := preprocess.Options{
-		Width:     c.Input.Width,
-		Height:    c.Input.Height,
-		Resize:    c.Preprocess.Resize,
-		Mode:      preprocess.Mode(c.Preprocess.Mode),
-		Scale:     preprocess.Scale(c.Preprocess.Scale),
-		Layout:    preprocess.Layout(c.Input.Layout),
-		MaxPixels: c.Preprocess.MaxPixels,
+		Width:      c.Input.Width,
+		Height:     c.Input.Height,
+		Resize:     c.Preprocess.Resize,
+		Mode:       preprocess.Mode(c.Preprocess.Mode),
+		Scale:      preprocess.Scale(c.Preprocess.Scale),
+		Layout:     preprocess.Layout(c.Input.Layout),
+		MaxPixels:  c.Preprocess.MaxPixels,
+		FullDecode: c.Preprocess.FullDecode,
 	}
 	copy(po.Mean[:], c.Preprocess.Mean)
 	copy(po.Std[:], c.Preprocess.Std)
