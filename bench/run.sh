@@ -32,7 +32,9 @@ PORT=18190
 export ONNXRUNTIME_LIB=${ONNXRUNTIME_LIB:-$ROOT/.deps/onnxruntime/libonnxruntime.so}
 
 [ -f "$PAYLOAD" ] || { echo "bench: $PAYLOAD is missing (../shared must be beside the checkout)" >&2; exit 1; }
-command -v ab >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apache2-utils >/dev/null; }
+if ! command -v ab >/dev/null || ! command -v hey >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apache2-utils hey >/dev/null
+fi
 make -s build
 rm -rf "$WORK" && mkdir -p "$WORK"
 log() { echo "bench: $*" >&2; }
@@ -126,6 +128,21 @@ start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0
 measure gateway_best; stop
 servers+=(gateway_off gateway_best)
 
+# The load generator against ab and hey, on the same target, one after another; and its own
+# CPU use at an open-loop 1,000 req/s (GET /, which the gateway answers at that rate).
+log "load generators side by side"
+start tools bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
+ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json "$(URL)" >/dev/null 2>&1 || true
+: >"$WORK/tools"
+for r in $(seq 1 "$RUNS"); do
+  a=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}')
+  h=$(hey -n "$N" -c 50 -m POST -D "$PAYLOAD" -T application/json "$(URL)" 2>&1 | awk '/Requests\/sec/ {print $2}')
+  l=$(bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" 2>&1 | awk '/^Throughput:/ {print $2}')
+  echo "$a $h $l" >>"$WORK/tools"
+done
+bin/loadtest -q -rate 1000 -duration 10s -c 100 "http://127.0.0.1:$PORT/" >"$WORK/loadtest_cpu.txt" 2>&1 || true
+stop
+
 log "in-process ceiling ($RUNS runs)"
 : >"$WORK/ceiling"
 for r in $(seq 1 "$RUNS"); do
@@ -191,8 +208,32 @@ label() {
   fi
   echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
   echo
+  echo "How to read it: on CPU, decoding and resizing are most of a request's cost, so the gateway is"
+  echo "measured against the in-process ceiling of its own work; the peers spend more CPU per image"
+  echo "(Python and PIL per request; sharp/libvips and per-call overhead in Node.js)."
+  echo
   echo "Peak RSS is the sum of VmHWM over the server's processes (uvicorn and node run one process"
   echo "per worker plus a parent). Start-up is from exec to the first successful \`POST /predict/\`."
+  echo
+  echo "## The load generator beside ab and hey"
+  echo
+  echo "The gateway with its shipped config, $RUNS rounds of \`ab -n $N -c 50 -p rime_5868.json -T application/json\`,"
+  echo "\`hey -n $N -c 50 -m POST -D rime_5868.json -T application/json\` and \`bin/loadtest -n $N -c 50 -body rime_5868.json\`,"
+  echo "one after another (req/s):"
+  echo
+  echo "| round | ab | hey | loadtest | loadtest / ab | loadtest / hey |"
+  echo "|---|---|---|---|---|---|"
+  r=0
+  while read -r a h l; do
+    r=$((r + 1))
+    echo "| $r | $a | $h | $l | $(ratio "$l" "$a") | $(ratio "$l" "$h") |"
+  done <"$WORK/tools"
+  echo
+  echo "Its own CPU use in an open loop at 1,000 req/s for 10 s (\`bin/loadtest -rate 1000 -duration 10s -c 100 http://127.0.0.1:PORT/\`):"
+  echo
+  echo '```'
+  grep -E '^(Sent rate|Throughput|Loadtest CPU)' "$WORK/loadtest_cpu.txt"
+  echo '```'
   echo
   echo "## Batching: off, fixed window, adaptive window"
   echo
