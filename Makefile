@@ -1,6 +1,6 @@
-# The README's two commands: `make run` and `make test`.
+# The README's two commands: `scripts/setup.sh && make run` and `scripts/setup.sh test && make test`.
 SHELL := /bin/bash
-export PATH := $(PATH):/usr/local/go/bin
+export PATH := $(CURDIR)/.deps/go/bin:$(PATH):/usr/local/go/bin
 GO ?= go
 CONFIG ?= configs/gateway.yaml
 ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so

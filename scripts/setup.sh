@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(gcc libc6-dev pkg-config libturbojpeg0-dev ca-certificates curl)
+pkgs=(gcc libc6-dev pkg-config libturbojpeg0-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ "${1:-}" = test ]; then
   pkgs+=(chromium)
@@ -24,9 +24,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! command -v go >/dev/null; then
-  [ -x /usr/local/go/bin/go ] && export PATH=$PATH:/usr/local/go/bin
+# Go 1.26 or newer: the one on PATH or in /usr/local/go, else the official toolchain from the
+# Go module proxy (the same archive `GOTOOLCHAIN=go1.26.8` fetches), unpacked into .deps/go.
+GO_VERSION=1.26.8
+PATH=$PWD/.deps/go/bin:$PATH:/usr/local/go/bin
+go_ok() {
+  command -v go >/dev/null || return 1
+  local v; v=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+  [ "$(printf '%s\n' 1.26 "$v" | sort -V | head -1)" = 1.26 ]
+}
+if ! go_ok; then
+  case "$(uname -m)" in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) echo "setup: no Go toolchain for $(uname -m)" >&2; exit 1 ;; esac
+  command -v unzip >/dev/null || { [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip >/dev/null; }
+  proxy=${GOPROXY:-https://proxy.golang.org}; proxy=${proxy%%,*}
+  echo "setup: installing Go $GO_VERSION from $proxy into .deps/go"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" "$proxy/golang.org/toolchain/@v/v0.0.1-go$GO_VERSION.linux-$arch.zip"
+  unzip -q "$tmp/go.zip" -d "$tmp"
+  rm -rf .deps/go && mkdir -p .deps && mv "$tmp/golang.org/toolchain@v0.0.1-go$GO_VERSION.linux-$arch" .deps/go
+  chmod +x .deps/go/bin/* .deps/go/pkg/tool/*/*
+  rm -rf "$tmp"
+  go_ok || { echo "setup: the Go toolchain in .deps/go does not run" >&2; exit 1; }
 fi
-command -v go >/dev/null || { echo "setup: Go 1.26 or newer is needed on PATH (https://go.dev/dl/)" >&2; exit 1; }
 go mod download
 scripts/setup-onnxruntime.sh
