@@ -41,13 +41,17 @@ func (r *Result) WriteHTML(w io.Writer) error {
 		html.EscapeString(configLine(&r.Config)), r.StartTime.Format("2006-01-02 15:04:05 MST"))
 	b.WriteString(`<div class="charts">`)
 
-	// Throughput over time.
+	// Throughput over time. Trailing seconds in which nothing was sent or scheduled only hold
+	// the last completions (a partial second): they are left out of the charts.
 	n := len(r.Timeline)
+	for n > 1 && r.Timeline[n-1].Sent == 0 && r.Timeline[n-1].Scheduled == 0 {
+		n--
+	}
 	ts := make([]float64, n)
 	ok, sent, errs := make([]float64, n), make([]float64, n), make([]float64, n)
 	p50, p90, p99 := make([]float64, n), make([]float64, n), make([]float64, n)
 	var maxRate, maxLat float64
-	for i, sec := range r.Timeline {
+	for i, sec := range r.Timeline[:n] {
 		ts[i] = float64(sec.T) + 0.5
 		ok[i], sent[i], errs[i] = float64(sec.OK), float64(sec.Sent), float64(sec.Errors)
 		p50[i], p90[i], p99[i] = sec.P50Ms, sec.P90Ms, sec.P99Ms

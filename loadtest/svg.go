@@ -104,6 +104,9 @@ func lineChart(b *strings.Builder, title string, x, y axis, ss []series) {
 			s.color, dash, strings.TrimSpace(pts.String()))
 		if len(s.xs) <= 30 {
 			for i := range s.xs {
+				if math.IsNaN(s.ys[i]) || math.IsInf(s.ys[i], 0) {
+					continue
+				}
 				fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>`, px(s.xs[i]), py(min(s.ys[i], y.max)), s.color)
 			}
 		}
