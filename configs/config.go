@@ -334,8 +334,8 @@ func (c *Config) Validate() error {
 		switch {
 		case m.Name == "":
 			bad(f+".name", "is required")
-		case !validName(m.Name):
-			bad(f+".name", "%q may hold only letters, digits, '.', '_' and '-'", m.Name)
+		case !validName(m.Name) || m.Name[0] == '_' || m.Name[0] == '.':
+			bad(f+".name", "%q may hold only letters, digits, '.', '_' and '-', and must start with a letter or digit", m.Name)
 		case seen[m.Name]:
 			bad(f+".name", "%q is used by another model", m.Name)
 		}

@@ -62,6 +62,7 @@ func TestStrictAndValidation(t *testing.T) {
 		{"models: [{name: m, path: p, runtime: {execution_provider: tpu}}]\n", "runtime.execution_provider"},
 		{"models: [{name: m, path: p}, {name: m, path: q}]\n", "is used by another model"},
 		{"models: [{name: 'a b', path: p}]\n", "may hold only"},
+		{"models: [{name: _unknown, path: p}]\n", "must start with a letter or digit"},
 		{"models: [{name: m}]\n", "path: is required"},
 		{"server: {queue_full_status: 500}\nmodels: [{name: m, path: p}]\n", "server.queue_full_status"},
 		{"server: {listen: nope}\nmodels: [{name: m, path: p}]\n", "server.listen"},

@@ -26,6 +26,7 @@ type goneWatcher struct {
 	waiters  map[int]*goneWaiter // by fd
 	wake     chan struct{}
 	stop     chan struct{}
+	stopOnce sync.Once
 	done     chan struct{}
 	pollfds  []unix.PollFd
 	polled   []*goneWaiter // the waiter of each pollfds entry when the snapshot was taken
@@ -145,6 +146,6 @@ func (w *goneWatcher) close() {
 	if w == nil {
 		return
 	}
-	close(w.stop)
+	w.stopOnce.Do(func() { close(w.stop) })
 	<-w.done
 }

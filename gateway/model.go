@@ -104,7 +104,7 @@ func newModel(spec ModelSpec, set *metrics.Set) (*model, error) {
 	m.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	m.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
 	m.dropped = map[batcher.DropReason]*metrics.Counter{}
-	for _, r := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed} {
+	for _, r := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed} {
 		m.dropped[r] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{model=%q,reason=%q}`, c.Name, r.String()))
 	}
 
@@ -179,6 +179,12 @@ func (m *model) run(instance int, jobs []*job, _ []struct{}) error {
 }
 
 func (m *model) getJob() *job { return m.pool.Get().(*job) }
+
+// maxInferSamples bounds the samples of one Open Inference Protocol request: as many as the
+// model's instances run at once.
+func (m *model) maxInferSamples() int {
+	return m.cfg.Batching.MaxBatchSize * len(m.runners)
+}
 
 func (m *model) putJob(j *job) {
 	if cap(j.img) > maxPooledBytes {
@@ -285,7 +291,11 @@ func appendPrediction(b []byte, m *model, scores []float32, topK int) []byte {
 			b = append(b, `,"label":`...)
 			b = appendJSONString(b, m.labels[i])
 			b = append(b, `,"score":`...)
-			b = strconv.AppendFloat(b, probs[i], 'g', 6, 64)
+			if math.IsNaN(probs[i]) || math.IsInf(probs[i], 0) {
+				b = append(b, "null"...) // a model output holding NaN or Inf
+			} else {
+				b = strconv.AppendFloat(b, probs[i], 'g', 6, 64)
+			}
 			b = append(b, '}')
 		}
 		b = append(b, ']')

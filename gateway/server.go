@@ -109,7 +109,9 @@ func New(cfg configs.Server, specs []ModelSpec, log *slog.Logger) (*Server, erro
 		IdleTimeout:           cfg.IdleTimeout.D(),
 		Concurrency:           cfg.MaxConnections,
 		CloseOnShutdown:       true,
-		ReadBufferSize:        16 << 10,
+		// Multipart bodies are refused (415); fasthttp must not parse them first.
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               16 << 10,
 	}
 	s.ready.Store(true)
 	return s, nil
@@ -259,7 +261,7 @@ func (s *Server) parsePredictOptions(ctx *fasthttp.RequestCtx, m *model) (predic
 	}
 	if tv != nil {
 		ms, err := strconv.ParseFloat(string(tv), 64)
-		if err != nil || ms <= 0 || ms > 1e9 {
+		if err != nil || !(ms > 0 && ms <= 1e9) { // also refuses NaN
 			return o, bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
 		}
 		if d := time.Duration(ms * float64(time.Millisecond)); d < o.timeout {
@@ -341,7 +343,7 @@ func (s *Server) runPredict(ctx *fasthttp.RequestCtx, m *model, start time.Time)
 	defer cancel()
 	release := s.gone.watch(ctx.Conn(), cancel)
 	defer release()
-	if err := s.preprocess(m, img, j); err != nil {
+	if err := s.preprocess(rctx, m, img, j); err != nil {
 		return 0, err
 	}
 	if _, err = m.batcher.Submit(rctx, j, batcher.SubmitOptions{Priority: opts.priority}); err != nil {
@@ -353,8 +355,22 @@ func (s *Server) runPredict(ctx *fasthttp.RequestCtx, m *model, start time.Time)
 	return fasthttp.StatusOK, nil
 }
 
-func (s *Server) preprocess(m *model, img []byte, j *job) error {
-	s.decode <- struct{}{}
+// preprocess decodes img into j's slot on the decode pool. It gives up without decoding when
+// ctx ends while it waits for a decode worker, and refuses at once (queue full) when the
+// model's queue is full, so that CPU is not spent on requests that cannot be queued.
+func (s *Server) preprocess(ctx context.Context, m *model, img []byte, j *job) error {
+	if m.batcher.QueueLen() >= m.batcher.QueueCap() {
+		return batcher.ErrQueueFull
+	}
+	select {
+	case s.decode <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		<-s.decode
+		return err
+	}
 	t := time.Now()
 	var err error
 	if m.uint8Input {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -166,9 +167,55 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, m *model, start time.Time) (int
 		return 0, bodyErr("input shape %v: want [n, ...] with n >= 1", in.Shape)
 	}
 	n := int(in.Shape[0])
-	if n > m.cfg.Batching.MaxQueueSize {
-		return 0, bodyErr("input has %d samples, more than batching.max_queue_size (%d)", n, m.cfg.Batching.MaxQueueSize)
+	if limit := m.maxInferSamples(); n > limit {
+		return 0, bodyErr("input has %d samples; at most %d per request (batching.max_batch_size x runtime.instances)", n, limit)
 	}
+	// Check and decode the data before any per-sample buffer is taken.
+	var (
+		images []string
+		flat   []float32
+		flatU8 []uint8
+		row    = m.rowLen
+	)
+	switch in.Datatype {
+	case "BYTES":
+		if err := json.Unmarshal(in.Data, &images); err != nil {
+			return 0, bodyErr("BYTES input data must be a flat array of base64 strings: %v", err)
+		}
+		if len(images) != n {
+			return 0, bodyErr("input shape says %d samples, data holds %d", n, len(images))
+		}
+	case "FP32", "UINT8":
+		if (in.Datatype == "UINT8") != m.uint8Input {
+			return 0, bodyErr("input datatype %s, the model takes %s (or BYTES: encoded images)", in.Datatype, m.datatype())
+		}
+		want := append([]int64{int64(n)}, metadataShape(m)...)
+		if !equalShape(in.Shape, want) {
+			return 0, bodyErr("%s input shape %v, the model takes %v", in.Datatype, in.Shape, want)
+		}
+		if m.uint8Input {
+			if err := json.Unmarshal(in.Data, &flatU8); err != nil || len(flatU8) != n*row {
+				return 0, bodyErr("UINT8 input data must be a flat array of %d integers 0..255 in row-major order", n*row)
+			}
+			break
+		}
+		if err := json.Unmarshal(in.Data, &flat); err != nil {
+			return 0, bodyErr("FP32 input data must be a flat array of numbers in row-major order: %v", err)
+		}
+		if len(flat) != n*row {
+			return 0, bodyErr("FP32 input has %d values, shape %v needs %d", len(flat), in.Shape, n*row)
+		}
+		for i, v := range flat {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return 0, bodyErr("FP32 input holds NaN or Inf in sample %d", i/row)
+			}
+		}
+	default:
+		return 0, bodyErr("input datatype %q is not supported; send BYTES (encoded images) or %s", in.Datatype, m.datatype())
+	}
+
+	rctx, cancel := context.WithDeadline(context.Background(), start.Add(opts.timeout))
+	defer cancel()
 	jobs := make([]*job, n)
 	for i := range jobs {
 		jobs[i] = m.getJob()
@@ -178,92 +225,58 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, m *model, start time.Time) (int
 			m.putJob(j)
 		}
 	}()
-	switch in.Datatype {
-	case "BYTES":
-		var images []string
-		if err := json.Unmarshal(in.Data, &images); err != nil {
-			return 0, bodyErr("BYTES input data must be a flat array of base64 strings: %v", err)
-		}
-		if len(images) != n {
-			return 0, bodyErr("input shape says %d samples, data holds %d", n, len(images))
-		}
-		for i, j := range jobs {
+	for i, j := range jobs {
+		switch {
+		case images != nil:
 			img, scratch, err := decodeBase64(j.img, j.scratch, []byte(images[i]))
 			j.scratch = scratch
 			if err != nil {
 				return 0, fmt.Errorf("sample %d: %w", i, err)
 			}
 			j.img = img
-			if err := s.preprocess(m, img, j); err != nil {
+			if err := s.preprocess(rctx, m, img, j); err != nil {
 				return 0, fmt.Errorf("sample %d: %w", i, err)
 			}
-		}
-	case "FP32", "UINT8":
-		if (in.Datatype == "UINT8") != m.uint8Input {
-			return 0, bodyErr("input datatype %s, the model takes %s (or BYTES: encoded images)", in.Datatype, m.datatype())
-		}
-		row := m.rowLen
-		want := append([]int64{int64(n)}, metadataShape(m)...)
-		if !equalShape(in.Shape, want) {
-			return 0, bodyErr("%s input shape %v, the model takes %v", in.Datatype, in.Shape, want)
-		}
-		if m.uint8Input {
-			var flat []uint8
-			if err := json.Unmarshal(in.Data, &flat); err != nil || len(flat) != n*row {
-				return 0, bodyErr("UINT8 input data must be a flat array of %d integers 0..255 in row-major order", n*row)
-			}
-			for i, j := range jobs {
-				copy(j.slotU8, flat[i*row:(i+1)*row])
-			}
-			break
-		}
-		var flat []float32
-		if err := json.Unmarshal(in.Data, &flat); err != nil {
-			return 0, bodyErr("FP32 input data must be a flat array of numbers in row-major order: %v", err)
-		}
-		if len(flat) != n*row {
-			return 0, bodyErr("FP32 input has %d values, shape %v needs %d", len(flat), in.Shape, n*row)
-		}
-		for i, j := range jobs {
-			for _, v := range flat[i*row : (i+1)*row] {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					return 0, bodyErr("FP32 input holds NaN or Inf in sample %d", i)
-				}
-			}
+		case flatU8 != nil:
+			copy(j.slotU8, flatU8[i*row:(i+1)*row])
+		default:
 			copy(j.slot, flat[i*row:(i+1)*row])
 		}
-	default:
-		return 0, bodyErr("input datatype %q is not supported; send BYTES (encoded images) or %s", in.Datatype, m.datatype())
 	}
 
-	rctx, cancel := context.WithDeadline(context.Background(), start.Add(opts.timeout))
-	defer cancel()
+	// The samples are submitted together so that they can share a batch; the first failure
+	// cancels the others (the request fails as a whole).
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, j := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = m.batcher.Submit(rctx, j, batcher.SubmitOptions{Priority: opts.priority})
+			if _, errs[i] = m.batcher.Submit(rctx, j, batcher.SubmitOptions{Priority: opts.priority}); errs[i] != nil {
+				cancel()
+			}
 		}()
 	}
 	wg.Wait()
+	var firstErr error
 	for _, err := range errs {
-		if err != nil {
-			return 0, err
+		if err != nil && (firstErr == nil || errors.Is(firstErr, context.Canceled)) {
+			firstErr = err
 		}
+	}
+	if firstErr != nil {
+		return 0, firstErr
 	}
 	out := make([]float32, 0, n*m.classes)
 	for _, j := range jobs {
 		out = append(out, j.scores...)
 	}
-	writeJSON(ctx, 200, v2Response{
+	return writeJSON(ctx, 200, v2Response{
 		ModelName:    m.name,
 		ModelVersion: "1",
 		ID:           req.ID,
 		Outputs:      []v2Output{{Name: m.cfg.Output.Name, Shape: []int64{int64(n), int64(m.classes)}, Datatype: "FP32", Data: out}},
-	})
-	return 200, nil
+	}), nil
 }
 
 // datatype is the model input's Open Inference Protocol datatype.
@@ -293,13 +306,16 @@ func equalShape(a, b []int64) bool {
 	return true
 }
 
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+// writeJSON writes v as the JSON body with status, and returns the status it wrote (500 if v
+// cannot be encoded, e.g. a model output holding NaN or Inf).
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) int {
 	b, err := json.Marshal(v)
 	if err != nil {
 		writeError(ctx, 500, "cannot encode the response: "+err.Error())
-		return
+		return 500
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
+	return status
 }

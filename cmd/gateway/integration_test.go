@@ -404,6 +404,13 @@ func TestBadInputsGet4xxAndServerKeepsServing(t *testing.T) {
 		{"unknown v2 model", "/v2/models/nope/infer", "application/json", []byte(`{}`), 404},
 		{"bad top_k", "/predict/?top_k=x", "image/jpeg", jpeg, 400},
 		{"bad timeout", "/predict/?timeout=-1", "image/jpeg", jpeg, 400},
+		{"NaN timeout", "/predict/?timeout=NaN", "image/jpeg", jpeg, 400},
+		{"v2 too many samples", "/v2/models/mobilenet_v3_small/infer", "application/json",
+			[]byte(`{"inputs":[{"name":"input","shape":[1024],"datatype":"x","data":[]}]}`), 400},
+		{"v2 bad datatype", "/v2/models/mobilenet_v3_small/infer", "application/json",
+			[]byte(`{"inputs":[{"name":"input","shape":[1],"datatype":"INT64","data":[1]}]}`), 400},
+		{"v2 short FP32", "/v2/models/mobilenet_v3_small/infer", "application/json",
+			[]byte(`{"inputs":[{"name":"input","shape":[1,3,224,224],"datatype":"FP32","data":[1,2,3]}]}`), 400},
 		{"get predict", "/predict/", "", nil, 405},
 		{"empty raw body", "/predict/", "image/jpeg", nil, 400},
 	}

@@ -62,7 +62,15 @@ func run(configPath, listen string, check bool, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer closeSessions()
+	drained := true
+	defer func() {
+		// After a drain that timed out a batch may still be running on a session: the
+		// process is exiting, so the sessions are left to it rather than destroyed under
+		// a running batch.
+		if drained {
+			closeSessions()
+		}
+	}()
 	if check {
 		for _, s := range specs {
 			fmt.Printf("ok: model %s (%s): %d labels, %d instance(s), max batch %d\n", s.Config.Name, s.Config.Path,
@@ -102,9 +110,16 @@ func run(configPath, listen string, check bool, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout.D())
 	defer cancel()
 	err = srv.Shutdown(ctx)
-	if e := <-served; e != nil && !errors.Is(e, net.ErrClosed) {
-		err = errors.Join(err, e)
+	ln.Close() // in case the signal came before Serve took the listener
+	select {
+	case e := <-served:
+		if e != nil && !errors.Is(e, net.ErrClosed) {
+			err = errors.Join(err, e)
+		}
+	case <-ctx.Done():
+		err = errors.Join(err, errors.New("the server did not stop serving"))
 	}
+	drained = err == nil
 	log.Info("stopped", "drain", time.Since(stopStart).Round(time.Millisecond), "err", err)
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)

@@ -180,8 +180,8 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	if len(in.Shape) != len(cfg.InputShape)+1 {
 		return nil, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
 	}
-	if in.Shape[0] != -1 && cfg.MaxBatchSize > 1 {
-		return nil, fmt.Errorf("%w: input %q has a fixed batch axis of %d; set batching.max_batch_size: 1 or export the model with a dynamic batch axis", ErrModel, in.Name, in.Shape[0])
+	if in.Shape[0] != -1 && (in.Shape[0] != 1 || cfg.MaxBatchSize > 1) {
+		return nil, fmt.Errorf("%w: input %q has a fixed batch axis of %d; export the model with a dynamic batch axis (or a batch of 1 and batching.max_batch_size: 1)", ErrModel, in.Name, in.Shape[0])
 	}
 	for i, d := range cfg.InputShape {
 		if m := in.Shape[i+1]; m != -1 && m != d {
