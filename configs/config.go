@@ -435,16 +435,6 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Model returns the model named name, or nil.
-func (c *Config) Model(name string) *Model {
-	for i := range c.Models {
-		if c.Models[i].Name == name {
-			return &c.Models[i]
-		}
-	}
-	return nil
-}
-
 // LoadLabels reads a label file: a JSON array of strings, or one label per line.
 func LoadLabels(path string) ([]string, error) {
 	data, err := os.ReadFile(path)

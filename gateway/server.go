@@ -99,16 +99,15 @@ func New(cfg configs.Server, specs []ModelSpec, log *slog.Logger) (*Server, erro
 		return 0
 	})
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		ErrorHandler:          s.handleParseError,
-		Name:                  "imagegate",
-		NoDefaultServerHeader: false,
-		MaxRequestBodySize:    int(cfg.MaxBodyBytes),
-		ReadTimeout:           cfg.ReadTimeout.D(),
-		WriteTimeout:          cfg.WriteTimeout.D(),
-		IdleTimeout:           cfg.IdleTimeout.D(),
-		Concurrency:           cfg.MaxConnections,
-		CloseOnShutdown:       true,
+		Handler:            s.handle,
+		ErrorHandler:       s.handleParseError,
+		Name:               "imagegate",
+		MaxRequestBodySize: int(cfg.MaxBodyBytes),
+		ReadTimeout:        cfg.ReadTimeout.D(),
+		WriteTimeout:       cfg.WriteTimeout.D(),
+		IdleTimeout:        cfg.IdleTimeout.D(),
+		Concurrency:        cfg.MaxConnections,
+		CloseOnShutdown:    true,
 		// Multipart bodies are refused (415); fasthttp must not parse them first.
 		DisablePreParseMultipartForm: true,
 		ReadBufferSize:               16 << 10,
@@ -217,11 +216,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
-	var tooLarge bool
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		tooLarge = true
-	}
-	if tooLarge {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge,
 			fmt.Sprintf("request body is larger than server.max_body_bytes (%d bytes)", s.cfg.MaxBodyBytes))
 		return
@@ -433,7 +428,7 @@ func writeJSONRaw(ctx *fasthttp.RequestCtx, body string) {
 func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	b := append([]byte(`{"error":`), nil...)
+	b := []byte(`{"error":`)
 	b = appendJSONString(b, strings.ToValidUTF8(msg, "\uFFFD"))
 	b = append(b, '}')
 	ctx.SetBody(b)

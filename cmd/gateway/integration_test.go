@@ -599,6 +599,15 @@ func TestCheckFlag(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "max_batch_sise") {
 		t.Fatalf("-check on a bad config: %v\n%s", err, out)
 	}
+	// The model is checked against its configuration as the server would: 3 labels for 11 classes.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "labels.txt"), []byte("a\nb\nc\n"), 0o644)
+	mismatch := filepath.Join(dir, "mismatch.yaml")
+	os.WriteFile(mismatch, []byte("models:\n  - name: m\n    path: "+filepath.Join(repoRoot(t), "models", "mobilenet_v3_small", "model.onnx")+"\n    labels: labels.txt\n"), 0o644)
+	out, err = exec.Command(bin, "-config", mismatch, "-check").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "3 labels") {
+		t.Fatalf("-check with 3 labels for 11 classes: %v\n%s", err, out)
+	}
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	os.WriteFile(missing, []byte("models:\n  - name: m\n    path: /nonexistent.onnx\n    labels: "+filepath.Join(repoRoot(t), "models", "mobilenet_v3_small", "labels.txt")+"\n"), 0o644)
 	out, err = exec.Command(bin, "-config", missing, "-check").CombinedOutput()
