@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // errBody marks a malformed request body (400).
@@ -22,7 +25,27 @@ func DecodeJSONImage(body, dst, scratch []byte) (img, scratchOut []byte, err err
 	if err != nil {
 		return nil, scratch, err
 	}
+	if field, err = stripDataURL(field); err != nil {
+		return nil, scratch, err
+	}
 	return decodeBase64(dst, scratch, field)
+}
+
+// stripDataURL removes a data URL's "data:<type>;base64," prefix (what a
+// browser's FileReader.readAsDataURL produces) from the raw contents of a JSON
+// string; other strings are returned as they are.
+func stripDataURL(v []byte) ([]byte, error) {
+	if len(v) < 5 || !bytes.EqualFold(v[:5], []byte("data:")) {
+		return v, nil
+	}
+	head, rest, ok := bytes.Cut(v, []byte(","))
+	if !ok || len(head) > 256 {
+		return nil, bodyErr("the image is a data: URL without its ',' (want data:<type>;base64,<data>)")
+	}
+	if !bytes.HasSuffix(bytes.ToLower(head), []byte(";base64")) {
+		return nil, bodyErr("the image is a data: URL that is not base64-encoded (%q); want data:<type>;base64,<data>", truncate(string(head), 60))
+	}
+	return rest, nil
 }
 
 // extractJSONField finds the top-level string field key in the JSON object body and returns
@@ -51,7 +74,7 @@ func extractJSONField(body []byte, key string) ([]byte, error) {
 			return nil, bodyErr("malformed JSON at byte %d: want ':'", p.i)
 		}
 		p.ws()
-		if !esc && string(k) == key {
+		if keyEquals(k, esc, key) {
 			if have {
 				return nil, bodyErr("the JSON object has more than one %q field", key)
 			}
@@ -83,6 +106,22 @@ func extractJSONField(body []byte, key string) ([]byte, error) {
 		return nil, bodyErr("the JSON object has no %q field", key)
 	}
 	return found, nil
+}
+
+// keyEquals reports whether the raw contents of a JSON string (esc: it holds
+// escapes) spell key, reading escapes as any JSON parser does ("\u0069mage" is
+// "image"). Keys with escapes are rare and short: encoding/json unescapes them.
+func keyEquals(raw []byte, esc bool, key string) bool {
+	if !esc {
+		return string(raw) == key
+	}
+	if len(raw) > 6*len(key) { // each character is at most a six-byte escape
+		return false
+	}
+	q := make([]byte, 0, len(raw)+2)
+	q = append(append(append(q, '"'), raw...), '"')
+	var s string
+	return json.Unmarshal(q, &s) == nil && s == key
 }
 
 type jsonScanner struct {
@@ -327,18 +366,44 @@ func decodeBase64(dst, scratch, src []byte) (out, scratchOut []byte, err error) 
 			pad++
 		case c == ' ' || c == '\n' || c == '\r' || c == '\t':
 		case c == '\\' && i+1 < len(src):
+			// A JSON escape: \n \r \t are spaces to skip; \/ and \u00XX stand for the
+			// ASCII character they name, which must be base64 (or a space).
 			i++
-			switch src[i] {
-			case 'n', 'r', 't':
-			case '/':
-				if pad > 0 {
-					return nil, clean, bodyErr("invalid base64: data after '=' padding at byte %d", i)
+			e := src[i]
+			switch {
+			case e == 'n', e == 'r', e == 't':
+				continue
+			case e == '/':
+			case e == 'u' && i+4 < len(src) && isHex(src[i+1]) && isHex(src[i+2]) && isHex(src[i+3]) && isHex(src[i+4]):
+				r, _ := strconv.ParseUint(string(src[i+1:i+5]), 16, 16)
+				if r >= 0x80 {
+					return nil, clean, bodyErr("invalid base64: unexpected character U+%04X (an escape) at byte %d", r, i-1)
 				}
-				std = true
-				clean = append(clean, '/')
+				e = byte(r)
+				i += 4
 			default:
-				return nil, clean, bodyErr("invalid base64: unexpected escape \\%c at byte %d", src[i], i-1)
+				return nil, clean, bodyErr("invalid base64: unexpected escape \\%c at byte %d", e, i-1)
 			}
+			switch {
+			case e == ' ' || e == '\n' || e == '\r' || e == '\t':
+				continue
+			case !(e >= 'A' && e <= 'Z' || e >= 'a' && e <= 'z' || e >= '0' && e <= '9' || e == '+' || e == '/' || e == '-' || e == '_' || e == '='):
+				return nil, clean, bodyErr("invalid base64: unexpected character %q (an escape) at byte %d", e, i)
+			case e == '=':
+				pad++
+				continue
+			case pad > 0:
+				return nil, clean, bodyErr("invalid base64: data after '=' padding at byte %d", i)
+			}
+			switch e {
+			case '+', '/':
+				std = true
+			case '-':
+				urlSafe, e = true, '+'
+			case '_':
+				urlSafe, e = true, '/'
+			}
+			clean = append(clean, e)
 		default:
 			return nil, clean, bodyErr("invalid base64: unexpected character %q at byte %d", c, i)
 		}

@@ -110,7 +110,11 @@ func New(cfg configs.Server, specs []ModelSpec, log *slog.Logger) (*Server, erro
 		CloseOnShutdown:    true,
 		// Multipart bodies are refused (415); fasthttp must not parse them first.
 		DisablePreParseMultipartForm: true,
-		ReadBufferSize:               16 << 10,
+		ReadBufferSize:               readBufferSize,
+		// fasthttp's error values must not quote request bytes (they reach no response
+		// or log line of ours anyway).
+		SecureErrorLogMessage: true,
+		Logger:                &httpLogger{log: log},
 	}
 	s.ready.Store(true)
 	return s, nil
@@ -118,7 +122,7 @@ func New(cfg configs.Server, specs []ModelSpec, log *slog.Logger) (*Server, erro
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(ln)
+	return s.srv.Serve(listener{ln})
 }
 
 // Shutdown drains the server: it stops accepting connections and reporting ready, waits for
@@ -215,17 +219,52 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// handleParseError answers a request that could not be read or parsed. Its
+// answers are ours (JSON, the right status) and never repeat request bytes:
+// fasthttp's own page for some of these errors quotes the raw header block,
+// credentials included. Nothing of err's text reaches the response or the log.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge,
 			fmt.Sprintf("request body is larger than server.max_body_bytes (%d bytes)", s.cfg.MaxBodyBytes))
+	case errors.As(err, &small):
+		if c, ok := ctx.Conn().(*conn); ok && !c.lineDone {
+			writeError(ctx, fasthttp.StatusRequestURITooLong,
+				fmt.Sprintf("the request line (method, URI, version) is longer than the %d-byte header limit", readBufferSize))
+		} else {
+			writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge,
+				fmt.Sprintf("the request's header block is larger than %d bytes", readBufferSize))
+		}
+	case errors.As(err, &ne) && ne.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request (server.read_timeout)")
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
+	}
+}
+
+// readBufferSize bounds a request's header block, request line included.
+const readBufferSize = 16 << 10
+
+// httpLogger receives fasthttp's own log lines. Their arguments can quote
+// request bytes (the header block of a malformed request, with its
+// credentials), so only the constant message is logged, through slog, at
+// most once a second.
+type httpLogger struct {
+	log  *slog.Logger
+	last atomic.Int64 // unix nanoseconds of the last line logged
+}
+
+func (l *httpLogger) Printf(format string, _ ...any) {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
 		return
 	}
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request")
-		return
-	}
-	writeError(ctx, fasthttp.StatusBadRequest, "cannot parse the HTTP request: "+err.Error())
+	msg, _, _ := strings.Cut(format, "%")
+	l.log.Warn("http server: "+strings.TrimSpace(strings.TrimRight(msg, " :\"")), "detail", "arguments withheld: they may quote request bytes")
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
@@ -402,12 +441,20 @@ func (s *Server) statusOf(err error) (int, string) {
 }
 
 // statusClientClosed is nginx's 499: the client went away before the answer.
+// It is a metrics label only; no response is written for such a request.
 const statusClientClosed = 499
 
 func (s *Server) writeFailure(ctx *fasthttp.RequestCtx, err error) int {
 	status, reason := s.statusOf(err)
 	msg := err.Error()
 	switch reason {
+	case reasonCancelled:
+		// The client closed its connection (or its sending side) while the request
+		// waited: it is dropped unanswered, the connection closed without a response.
+		// 499 (nginx's "client closed request") is only the metrics' name for this.
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(net.Conn) {})
+		return status
 	case reasonRejected:
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.RetryAfter.D().Round(time.Second)/time.Second))))
 	case reasonInternal:
