@@ -22,9 +22,11 @@ func fastServer(tb testing.TB) string {
 	return "http://" + ln.Addr().String() + "/predict/"
 }
 
-func benchWorker(tb testing.TB) *worker {
-	cfg := &Config{URL: fastServer(tb), Requests: 1, KeepAlive: true,
-		Bodies: []Body{JSONImageBody("x", make([]byte, 4096))}}
+func benchWorker(tb testing.TB, bodies ...Body) *worker {
+	if len(bodies) == 0 {
+		bodies = []Body{JSONImageBody("x", make([]byte, 4096))}
+	}
+	cfg := &Config{URL: fastServer(tb), Requests: 1, KeepAlive: true, Bodies: bodies}
 	if err := cfg.normalize(); err != nil {
 		tb.Fatal(err)
 	}
@@ -49,20 +51,42 @@ func BenchmarkRequest(b *testing.B) {
 	}
 }
 
+// v2Bodies are Open Inference Protocol requests with binary data whose
+// Inference-Header-Content-Length differs, so each request sets its own.
+func v2Bodies(tb testing.TB) []Body {
+	var bodies []Body
+	for _, n := range []int{10, 100000} {
+		b, err := V2ImageBody("x", make([]byte, n), "input", true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	if bodies[0].Headers[0].Value == bodies[1].Headers[0].Value {
+		tb.Fatalf("the bodies' header lengths are equal: %v", bodies)
+	}
+	return bodies
+}
+
 func TestRequestHotPathDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
-	w := benchWorker(t)
-	start := time.Now()
-	w.do(start, 0, 0, false) // open the connection
-	n := testing.AllocsPerRun(200, func() {
-		if s := w.do(start, 1, 0, false); s.status != 200 {
-			t.Fatalf("status %d, err %v", s.status, s.err)
+	for name, bodies := range map[string][]Body{"article JSON": nil, "v2 binary, per-body headers": v2Bodies(t)} {
+		w := benchWorker(t, bodies...)
+		start := time.Now()
+		w.do(start, 0, 0, false) // open the connection
+		w.do(start, 1, 0, false)
+		seq := int64(0)
+		n := testing.AllocsPerRun(200, func() {
+			if s := w.do(start, seq, 0, false); s.status != 200 {
+				t.Fatalf("%s: status %d, err %v", name, s.status, s.err)
+			}
+			seq++
+		})
+		if n > 0 {
+			t.Fatalf("%s: a keep-alive request allocates %v times", name, n)
 		}
-	})
-	if n > 0 {
-		t.Fatalf("a keep-alive request allocates %v times", n)
 	}
 }
 

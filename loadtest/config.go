@@ -28,6 +28,10 @@ type Header struct {
 type Body struct {
 	Name string // where it came from (file name), for reports
 	Data []byte
+	// Headers are set on each request that carries this body, after Config.Headers: values
+	// that differ from body to body, such as the Inference-Header-Content-Length of an Open
+	// Inference Protocol request with binary data.
+	Headers []Header
 }
 
 // Config describes one load run. Zero values mean defaults where noted.

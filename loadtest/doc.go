@@ -7,8 +7,12 @@
 // omission). It owns the pacer, the fasthttp client set-up, a log-linear
 // HDR-style Histogram (≤1 % relative error), the Result with its per-second
 // timeline and its text, JSON and standalone-HTML (inline SVG) renderings,
-// concurrency/rate sweeps, and a small Prometheus text parser used to read
-// the server's batch counters around each sweep step. It must not import
+// concurrency/rate sweeps, a small Prometheus text parser used to read
+// the server's batch counters around each sweep step, and the preparation of
+// Open Inference Protocol runs (PrepareV2: images turned once into v2
+// inference requests, JSON or binary, with the client in loadtest/oip). Per-
+// body headers (Body.Headers) are set on the reusable request without
+// allocating, as the rest of a worker's hot path. It must not import
 // any server package of this repository (gateway, batcher, preprocess,
 // runtime, configs): it talks to the server over HTTP only, like any client.
 package loadtest

@@ -323,9 +323,12 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 func (w *worker) do(start time.Time, seq, intended int64, warm bool) sample {
 	var out int64
 	if n := len(w.cfg.Bodies); n > 0 {
-		body := w.cfg.Bodies[seq%int64(n)].Data
-		w.req.SetBodyRaw(body)
-		out = int64(len(body))
+		b := &w.cfg.Bodies[seq%int64(n)]
+		w.req.SetBodyRaw(b.Data)
+		for _, h := range b.Headers {
+			w.req.Header.Set(h.Name, h.Value)
+		}
+		out = int64(len(b.Data))
 	}
 	t0 := time.Now()
 	err := w.client.DoTimeout(w.req, w.resp, w.cfg.Timeout)

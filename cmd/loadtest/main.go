@@ -38,9 +38,21 @@ Examples:
       -json-image a.jpg,b.png -o report.json -html report.html http://127.0.0.1:8080/predict/
   # raw JPEG body
   loadtest -c 8 -duration 10s -body photo.jpg -H 'Content-Type: image/jpeg' http://127.0.0.1:8080/v1/classify
+  # the Open Inference Protocol: the same image as a v2 inference request, binary tensor data
+  loadtest -protocol v2 -binary -model mobilenet_v3_small -n 2000 -c 50 -body rime_5868.json http://127.0.0.1:8080
   # throughput-vs-latency table with the server's mean batch size per step
   loadtest sweep -c 1,8,50 -duration 10s -body rime_5868.json -metrics http://127.0.0.1:8080/metrics \
       http://127.0.0.1:8080/predict/
+
+Open Inference Protocol (-protocol v2):
+  The images (-json-image files, or -body: an image file or the article's
+  {"image": "<base64>"} JSON body) are turned once, before the run, into v2
+  inference requests of one BYTES input each: base64 in JSON, or with -binary
+  binary tensor data (Inference-Header-Content-Length) with the scores asked
+  for as binary too. The URL is the server's base URL (http://host:port, or
+  with a path prefix), to which /v2/models/MODEL/infer is added, or a model's
+  inference URL (.../v2/models/MODEL[/versions/V]/infer), used as it is. The
+  model's metadata is read first: it must take one BYTES input.
 
 Flags:
 `
@@ -80,6 +92,9 @@ type options struct {
 	timeout    time.Duration
 	jsonImages string
 	body       string
+	protocol   string
+	binary     bool
+	model      string
 	method     string
 	headers    headerFlag
 	out        string
@@ -128,6 +143,9 @@ func (o *options) register(fs *flag.FlagSet, sweep bool) {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout, connecting included")
 	fs.StringVar(&o.jsonImages, "json-image", "", `image file(s), comma-separated, sent as {"image": "<base64>"} in rotation`)
 	fs.StringVar(&o.body, "body", "", "raw request body file (Content-Type guessed from its extension unless -H sets it)")
+	fs.StringVar(&o.protocol, "protocol", "article", "article: send the bodies as they are; v2: send their images as Open Inference Protocol requests (see above)")
+	fs.BoolVar(&o.binary, "binary", false, "with -protocol v2: binary tensor data instead of JSON, both ways")
+	fs.StringVar(&o.model, "model", "", "with -protocol v2: the model to call (unless the URL is its inference URL)")
 	fs.StringVar(&o.method, "m", "", "HTTP method (default GET, or POST with a body)")
 	fs.Var(&o.headers, "H", "request header 'Name: value' (repeatable)")
 	fs.StringVar(&o.out, "o", "", "write the JSON report to this file")
@@ -135,8 +153,9 @@ func (o *options) register(fs *flag.FlagSet, sweep bool) {
 	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
 }
 
-// config builds the library configuration shared by both commands.
-func (o *options) config(url string) (loadtest.Config, error) {
+// config builds the library configuration shared by both commands (with -protocol v2 it asks
+// the server for the model's metadata).
+func (o *options) config(ctx context.Context, url string) (loadtest.Config, error) {
 	cfg := loadtest.Config{
 		URL: url, Method: o.method, Headers: o.headers, Rate: o.rate,
 		Arrival: loadtest.Arrival(o.arrival), Seed: o.seed, Requests: o.n, Duration: o.duration,
@@ -153,6 +172,16 @@ func (o *options) config(url string) (loadtest.Config, error) {
 	}
 	if o.jsonImages != "" && o.body != "" {
 		return cfg, errors.New("-json-image and -body cannot be combined")
+	}
+	switch o.protocol {
+	case "v2":
+		return cfg, o.v2Config(ctx, &cfg)
+	case "article":
+	default:
+		return cfg, fmt.Errorf("-protocol %q: want article or v2", o.protocol)
+	}
+	if o.binary || o.model != "" {
+		return cfg, errors.New("-binary and -model go with -protocol v2")
 	}
 	contentType := ""
 	switch {
@@ -173,6 +202,25 @@ func (o *options) config(url string) (loadtest.Config, error) {
 		cfg.Headers = append(cfg.Headers, loadtest.Header{Name: "Content-Type", Value: contentType})
 	}
 	return cfg, nil
+}
+
+// v2Config loads the images as they are and turns them into Open Inference Protocol requests.
+func (o *options) v2Config(ctx context.Context, cfg *loadtest.Config) error {
+	var files []string
+	switch {
+	case o.jsonImages != "":
+		files = strings.Split(o.jsonImages, ",")
+	case o.body != "":
+		files = []string{o.body}
+	}
+	for _, f := range files {
+		b, err := loadtest.LoadBody(f)
+		if err != nil {
+			return err
+		}
+		cfg.Bodies = append(cfg.Bodies, b)
+	}
+	return loadtest.PrepareV2(ctx, cfg, o.model, o.binary)
 }
 
 func hasHeader(hs []loadtest.Header, name string) bool {
@@ -200,7 +248,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	cfg, err := o.config(fs.Arg(0))
+	cfg, err := o.config(ctx, fs.Arg(0))
 	if err == nil && o.conc != "" {
 		cfg.Concurrency, err = strconv.Atoi(o.conc)
 	}
@@ -243,7 +291,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return 2
 	}
-	cfg, err := o.config(fs.Arg(0))
+	cfg, err := o.config(ctx, fs.Arg(0))
 	sc := loadtest.SweepConfig{
 		MetricsURL: o.metrics,
 		Batch:      loadtest.BatchMetrics{CountMetric: o.batchCount, ItemsMetric: o.batchItems, Histogram: o.batchHistog},

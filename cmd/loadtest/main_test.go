@@ -109,6 +109,11 @@ func TestUsageErrors(t *testing.T) {
 		{"sweep", "http://127.0.0.1:1/"},
 		{"sweep", "-c", "1,x", "http://127.0.0.1:1/"},
 		{"sweep", "-rates", "10", "-c", "1,2", "http://127.0.0.1:1/"},
+		{"-protocol", "v3", "http://127.0.0.1:1/"},
+		{"-binary", "-body", "main.go", "http://127.0.0.1:1/"},
+		{"-protocol", "v2", "-body", "main.go", "http://127.0.0.1:1/"},
+		{"-protocol", "v2", "-model", "m", "http://127.0.0.1:1/"},
+		{"-protocol", "v2", "-model", "m", "-body", "main.go", "http://127.0.0.1:1/v2/models/m"},
 	} {
 		if code, _, _ := runCLI(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
