@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 )
@@ -156,6 +157,14 @@ func appendJSONString(b []byte, s string) []byte {
 			b = append(b, '\\', 't')
 		case c < 0x20:
 			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, "\ufffd"...)
+			} else {
+				b = append(b, s[i:i+size]...)
+			}
+			i += size - 1
 		default:
 			b = append(b, c)
 		}
