@@ -352,9 +352,18 @@ func (s *Server) readBody(r *request) error {
 // data resets the connection). A body declared over server.max_body_bytes, or one that stops
 // arriving, is not waited for: the connection is closed after the answer.
 func (s *Server) discardBody(r *request, cause error) {
-	fc := r.fc
-	declared := int64(fc.Request.Header.ContentLength())
-	if errors.Is(cause, errBodyTooLarge) || declared > s.opts.MaxBodyBytes {
+	if errors.Is(cause, errBodyTooLarge) {
+		r.fc.SetConnectionClose()
+		return
+	}
+	s.drainBody(r.fc)
+}
+
+// drainBody reads and drops the body of a request answered without reading it (a refusal,
+// an unknown model or path), within server.max_body_bytes; fasthttp itself would drop only
+// 256 KiB and reset the rest under the client.
+func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
+	if int64(fc.Request.Header.ContentLength()) > s.opts.MaxBodyBytes {
 		fc.SetConnectionClose()
 		return
 	}

@@ -365,6 +365,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
 		m, err := s.lookup(name, "")
 		if err != nil {
+			s.drainBody(ctx)
 			s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
 			writeError(ctx, fasthttp.StatusNotFound, err.Error())
 			return
@@ -415,10 +416,12 @@ func isHealthPath(p string) bool {
 }
 
 func (s *Server) notFound(ctx *fasthttp.RequestCtx, path string) {
+	s.drainBody(ctx)
 	writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(path, 100))
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	s.drainBody(ctx)
 	ctx.Response.Header.Set("Allow", allow)
 	writeError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed; use "+allow)
 }
