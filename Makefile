@@ -6,7 +6,7 @@ CONFIG ?= configs/gateway.yaml
 ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so
 export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 
-.PHONY: setup setup-test build run test fuzz bench check vet clean
+.PHONY: setup setup-test build run test fuzz bench check vet clean reliability
 
 setup:
 	scripts/setup.sh
@@ -52,6 +52,13 @@ fuzz:
 # Debian and npm packages). N, RUNS, WARM, STEP, RATES, PEERS=0: see bench/run.sh.
 bench: setup
 	bench/run.sh
+
+# The reliability suite's long form against bin/gateway: slow bodies, PNG bombs, 4x overload,
+# SIGTERM under load, slowloris, idle lockout; checks the targets and writes docs/reliability.md
+# (about 4 minutes). `make test` runs the same scenarios in a short form.
+reliability: setup-test build
+	GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 30m -run 'Reliability' -v ./cmd/gateway \
+	  -reliability.long -reliability.report=$(CURDIR)/docs/reliability.md
 
 clean:
 	rm -rf bin
