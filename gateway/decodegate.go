@@ -57,7 +57,6 @@ type waiter struct {
 	queued     bool
 }
 
-
 func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
 	g := &decodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
 	g.svc.alpha = 0.1

@@ -521,5 +521,4 @@ func waitUntil(t *testing.T, cond func() bool) {
 	}
 }
 
-
 func newGzip(w *bytes.Buffer) *gzip.Writer { return gzip.NewWriter(w) }
