@@ -6,7 +6,7 @@ CONFIG ?= configs/gateway.yaml
 ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so
 export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 
-.PHONY: setup setup-test build run test fuzz bench check vet clean
+.PHONY: setup setup-test build run test fuzz bench check vet clean rootfs image deploy-test deploy-schemas fleet fleet-short
 
 setup:
 	scripts/setup.sh
@@ -52,6 +52,18 @@ fuzz:
 # Debian and npm packages). N, RUNS, WARM, STEP, RATES, PEERS=0: see bench/run.sh.
 bench: setup
 	bench/run.sh
+
+# The container's runtime file set, assembled by the same script the Dockerfile runs, with each
+# file's size and the total (the image's uncompressed size): bin/rootfs, bin/rootfs.files.
+rootfs:
+	VERSION=$(VERSION) scripts/rootfs.sh bin/rootfs
+
+# The multi-arch image. Needs a Docker engine with buildx (none runs on our machines: there,
+# make rootfs and deploy/rootfs_test.go prove the runtime stage).
+IMAGE ?= ghcr.io/imagegate/imagegate
+PLATFORMS ?= linux/amd64,linux/arm64
+image:
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf bin
