@@ -39,6 +39,7 @@ test: setup-test build vet
 	GORACE=halt_on_error=1 GATEWAY_BIN=$(CURDIR)/bin/gateway-race $(GO) test -count=1 -timeout 10m ./cmd/gateway/
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
 	$(MAKE) fuzz FUZZTIME=10s
+	$(MAKE) deploy-test
 
 FUZZTIME ?= 30s
 fuzz:
@@ -64,6 +65,16 @@ IMAGE ?= ghcr.io/imagegate/imagegate
 PLATFORMS ?= linux/amd64,linux/arm64
 image:
 	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+# The deployment files' checks (deploy/, a Go module of its own): every manifest and kustomize
+# rendering decoded strictly into the official types and validated with kubeconform against
+# deploy/schemas/, testdata/broken/ failing, and the gateway serving from the container's file set.
+deploy-test: build rootfs
+	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs $(GO) test -count=1 -timeout 10m ./...
+
+# Regenerates deploy/schemas/ from the pinned Kubernetes, Prometheus Operator and KServe sources.
+deploy-schemas:
+	deploy/schemas/generate.sh
 
 clean:
 	rm -rf bin
