@@ -51,7 +51,13 @@ type options struct {
 	short                      bool
 	drainDelay, shutdown       time.Duration
 	capacityC                  int
-	phase, rollTimeout         time.Duration
+	phase, rollPause           time.Duration
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func main() {
@@ -70,12 +76,15 @@ func main() {
 	flag.DurationVar(&o.drainDelay, "drain-delay", time.Second, "server.drain_delay of each gateway (HAProxy sees a 503 within 250 ms)")
 	flag.DurationVar(&o.shutdown, "shutdown-timeout", 15*time.Second, "server.shutdown_timeout of each gateway")
 	flag.IntVar(&o.capacityC, "capacity-c", 24, "closed-loop clients measuring the capacity")
+	flag.DurationVar(&o.rollPause, "roll-pause", 2*time.Second, "pause after a replica is back in the pool before the next SIGTERM (Kubernetes' minReadySeconds); -short: 0.5s")
 	flag.Parse()
 	o.phase = 15 * time.Second
 	if o.short {
 		o.phase = 4 * time.Second
+		if !flagSet("roll-pause") {
+			o.rollPause = 500 * time.Millisecond
+		}
 	}
-	o.rollTimeout = 2 * time.Minute
 	rep, err := run(o)
 	if rep != nil {
 		md := rep.markdown()
@@ -107,6 +116,7 @@ type report struct {
 	RateRPS       float64         `json:"rate_rps"`
 	Steady        *ltResults      `json:"steady"`
 	Roll          *ltResults      `json:"roll"`
+	SteadyAfter   *ltResults      `json:"steady_after"`
 	RollSteps     []rollStep      `json:"roll_steps"`
 	HAProxy       map[string]int  `json:"haproxy_counters"`
 	Replica       []replicaFigure `json:"replicas_steady"`
@@ -137,6 +147,9 @@ type replicaFigure struct {
 
 type overhead struct {
 	Rounds        int     `json:"rounds"`
+	DirectProbeUs float64 `json:"direct_probe_p50_us"`
+	LBProbeUs     float64 `json:"lb_probe_p50_us"`
+	HAProxyCPUMs  float64 `json:"haproxy_cpu_ms_per_request"`
 	DirectP50Ms   float64 `json:"direct_p50_ms"`
 	LBP50Ms       float64 `json:"lb_p50_ms"`
 	DirectP99Ms   float64 `json:"direct_p99_ms"`
@@ -312,10 +325,21 @@ func run(o options) (*report, error) {
 		}
 	}
 
+	// The same open loop again, after the roll: the steady figures' spread on this machine.
+	after2, err := f.loadtest("steady-after", fleetURL, "-rate", rate, "-duration", dur(o.phase), "-warmup", "1s")
+	if err != nil {
+		return rep, err
+	}
+	rep.SteadyAfter = after2
+	rep.Failures = append(rep.Failures, failures("steady after the roll", after2)...)
+
 	// The load balancer's overhead: replica g1 alone, directly and through HAProxy.
 	ov, err := f.overhead()
 	if err != nil {
 		return rep, err
+	}
+	if rep.RateRPS > 0 {
+		ov.HAProxyCPUMs = round2(1000 * rep.HAProxyCPU / rep.Steady.Throughput)
 	}
 	rep.Overhead = ov
 	rep.Elapsed = time.Since(start).Round(time.Second).String()
@@ -649,6 +673,7 @@ func (f *fleet) roll(rep *report) error {
 			}
 			rep.RollSteps = append(rep.RollSteps, rollStep{Round: round, Replica: i, Exit: exit,
 				StopS: round2(stopped.Seconds()), ReadyS: round2(ready.Seconds()), BalancedS: round2(time.Since(t1).Seconds())})
+			time.Sleep(f.o.rollPause)
 		}
 	}
 	return nil
@@ -658,6 +683,18 @@ func (f *fleet) loadtest(name, url string, args ...string) (*ltResults, error) {
 	out := filepath.Join(f.o.out, name+".json")
 	all := append([]string{"-q", "-body", f.o.body, "-H", "Content-Type: " + f.o.contentType, "-o", out}, args...)
 	all = append(all, url)
+	text, err := exec.Command(f.o.loadtest, all...).CombinedOutput()
+	os.WriteFile(filepath.Join(f.o.out, name+".txt"), text, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest %s: %v\n%s", name, err, text)
+	}
+	return readLoadtest(out)
+}
+
+// loadtestGET runs bin/loadtest with plain GETs (no body).
+func (f *fleet) loadtestGET(name, url string, args ...string) (*ltResults, error) {
+	out := filepath.Join(f.o.out, name+".json")
+	all := append(append([]string{"-q", "-o", out}, args...), url)
 	text, err := exec.Command(f.o.loadtest, all...).CombinedOutput()
 	os.WriteFile(filepath.Join(f.o.out, name+".txt"), text, 0o644)
 	if err != nil {
@@ -713,7 +750,21 @@ func (f *fleet) overhead() (*overhead, error) {
 			*t.rps = append(*t.rps, par.Throughput)
 		}
 	}
-	o := &overhead{Rounds: rounds, DirectP50Ms: round2(median(dp50)), LBP50Ms: round2(median(lp50)),
+	// A request that costs the gateway nearly nothing shows the proxy's own latency.
+	var dprobe, lprobe []float64
+	for i := 0; i < rounds; i++ {
+		for _, t := range []struct {
+			url string
+			p50 *[]float64
+		}{{strings.TrimSuffix(direct, "predict/") + "v2/health/live", &dprobe}, {strings.TrimSuffix(lb, "predict/") + "v2/health/live", &lprobe}} {
+			r, err := f.loadtestGET(fmt.Sprintf("overhead-probe-%d", i), t.url, "-c", "1", "-duration", dur(d/2), "-warmup", "50")
+			if err != nil {
+				return nil, err
+			}
+			*t.p50 = append(*t.p50, 1000*r.Latency.P50)
+		}
+	}
+	o := &overhead{Rounds: rounds, DirectProbeUs: math.Round(median(dprobe)), LBProbeUs: math.Round(median(lprobe)), DirectP50Ms: round2(median(dp50)), LBP50Ms: round2(median(lp50)),
 		DirectP99Ms: round2(median(dp99)), LBP99Ms: round2(median(lp99)), DirectRPS: round1(median(drps)), LBRPS: round1(median(lrps))}
 	if o.DirectRPS > 0 {
 		o.ThroughputPct = round1(100 * o.LBRPS / o.DirectRPS)
@@ -872,7 +923,7 @@ func (r *report) markdown() string {
 	for _, p := range []struct {
 		name string
 		r    *ltResults
-	}{{"steady", r.Steady}, {"during the rolling restarts", r.Roll}} {
+	}{{"steady", r.Steady}, {"during the rolling restarts", r.Roll}, {"steady, after the roll", r.SteadyAfter}} {
 		if p.r == nil {
 			continue
 		}
@@ -886,6 +937,9 @@ func (r *report) markdown() string {
 		}
 		fmt.Fprintf(&b, "\n%d restarts: SIGTERM to exit median %.2f s (max %.2f), start to ready median %.2f s, start to back in HAProxy's pool median %.2f s (max %.2f).\n",
 			len(r.RollSteps), median(stop), slices.Max(stop), median(ready), median(bal), slices.Max(bal))
+		if r.Steady != nil && r.Roll != nil {
+			fmt.Fprintf(&b, "p99 during the roll %.1f ms beside the steady p99 %.1f ms (%.1f ms after the roll).\n", r.Roll.Latency.P99, r.Steady.Latency.P99, r.SteadyAfter.Latency.P99)
+		}
 	}
 	if len(r.HAProxy) > 0 {
 		keys := make([]string, 0, len(r.HAProxy))
@@ -910,9 +964,11 @@ func (r *report) markdown() string {
 	}
 	if o := r.Overhead; o != nil {
 		fmt.Fprintf(&b, "\nLoad balancer overhead, one replica directly vs through HAProxy (median of %d alternating rounds):\n\n", o.Rounds)
-		b.WriteString("| path | p50 ms, 1 client | p99 ms, 1 client | req/s, 8 clients |\n|---|---|---|---|\n")
-		fmt.Fprintf(&b, "| direct | %.2f | %.2f | %.1f |\n| through HAProxy | %.2f | %.2f | %.1f |\n", o.DirectP50Ms, o.DirectP99Ms, o.DirectRPS, o.LBP50Ms, o.LBP99Ms, o.LBRPS)
-		fmt.Fprintf(&b, "\nHAProxy adds %.2f ms at the median and keeps %.1f %% of the direct throughput.\n", o.LBP50Ms-o.DirectP50Ms, o.ThroughputPct)
+		b.WriteString("| path | GET /v2/health/live p50 µs, 1 client | predict p50 ms, 1 client | predict p99 ms, 1 client | predict req/s, 8 clients |\n|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| direct | %.0f | %.2f | %.2f | %.1f |\n| through HAProxy | %.0f | %.2f | %.2f | %.1f |\n",
+			o.DirectProbeUs, o.DirectP50Ms, o.DirectP99Ms, o.DirectRPS, o.LBProbeUs, o.LBP50Ms, o.LBP99Ms, o.LBRPS)
+		fmt.Fprintf(&b, "\nHAProxy adds %.0f µs to a request that costs the gateway nothing, %+.2f ms at the median to a prediction (within this machine's noise), keeps %.1f %% of the direct throughput, and spent %.2f ms of CPU per proxied prediction in the steady phase.\n",
+			o.LBProbeUs-o.DirectProbeUs, o.LBP50Ms-o.DirectP50Ms, o.ThroughputPct, o.HAProxyCPUMs)
 	}
 	if len(r.Failures) == 0 {
 		fmt.Fprintf(&b, "\nResult: zero failed requests, every request answered (elapsed %s).\n", r.Elapsed)
