@@ -23,11 +23,15 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/linter"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"sigs.k8s.io/yaml"
 )
 
 // The container's runtime stage, proven without a Docker engine: scripts/rootfs.sh assembles
-// its file set (the Dockerfile's runtime stage is nothing but that set, checked below), and the
+// its file set (the Dockerfile's runtime stage is nothing but that set: BuildKit's own parser
+// reads it below), and the
 // gateway runs from it with an empty environment and only the set's own libraries:
 //   - through the set's own dynamic loader with --library-path into the set and the host's
 //     loader cache ignored (works as any user);
@@ -41,87 +45,80 @@ import (
 const imageBudget = 80_000_000 // bytes: the issue's target for the uncompressed image
 
 type dockerStage struct {
-	from                string
-	instructions        []string // "COPY --from=build /rootfs/ /" etc., continuation lines joined
 	user, workdir       string
 	env                 []string
 	entrypoint, command []string
 }
 
-// runtimeStage parses the Dockerfile's last stage and checks that the build stage assembles
-// /rootfs with scripts/rootfs.sh and that the runtime stage holds that and nothing else.
+// runtimeStage parses the Dockerfile with BuildKit's own parser and linter (a lint warning is an
+// error), checks that the build stage assembles /rootfs with scripts/rootfs.sh and that the
+// runtime stage is FROM scratch with that COPY and metadata only, and returns its settings.
 func runtimeStage(t *testing.T) dockerStage {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "Dockerfile"))
+	f, err := os.Open(filepath.Join("..", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	cur := ""
-	for _, l := range strings.Split(string(data), "\n") {
-		tl := strings.TrimSpace(l)
-		if cur == "" && (tl == "" || strings.HasPrefix(tl, "#")) {
-			continue
-		}
-		if strings.HasSuffix(tl, "\\") {
-			cur += strings.TrimSuffix(tl, "\\") + " "
-			continue
-		}
-		lines = append(lines, cur+tl)
-		cur = ""
+	defer f.Close()
+	res, err := parser.Parse(f)
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
 	}
-	last := -1
-	for i, l := range lines {
-		if strings.HasPrefix(strings.ToUpper(l), "FROM ") {
-			last = i
-		}
+	for _, w := range res.Warnings {
+		t.Errorf("Dockerfile: %s", w.Short)
 	}
-	if last < 0 {
-		t.Fatal("Dockerfile: no FROM")
+	lint := linter.New(&linter.Config{Warn: func(rule, desc, url, msg string, loc []parser.Range) {
+		t.Errorf("Dockerfile: lint %s: %s (%v)", rule, msg, loc)
+	}})
+	stages, _, err := instructions.Parse(res.AST, lint)
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
 	}
-	if !slices.ContainsFunc(lines[:last], func(l string) bool {
-		return strings.HasPrefix(l, "RUN ") && strings.Contains(l, "scripts/rootfs.sh /rootfs")
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile: %d stages, want a build stage and a runtime stage", len(stages))
+	}
+	build, last := stages[len(stages)-2], stages[len(stages)-1]
+	if !slices.ContainsFunc(build.Commands, func(c instructions.Command) bool {
+		r, ok := c.(*instructions.RunCommand)
+		return ok && strings.Contains(strings.Join(r.CmdLine, " "), "scripts/rootfs.sh /rootfs")
 	}) {
-		t.Fatal("Dockerfile: the build stage does not run scripts/rootfs.sh /rootfs")
+		t.Fatalf("Dockerfile: the stage before the last (%s) does not run scripts/rootfs.sh /rootfs", build.Name)
 	}
-	st := dockerStage{from: lines[last]}
-	if st.from != "FROM scratch" {
-		t.Fatalf("Dockerfile: the runtime stage is %q, want FROM scratch (its files are the rootfs, nothing else)", st.from)
+	if last.BaseName != "scratch" {
+		t.Fatalf("Dockerfile: the runtime stage is FROM %s, want scratch (its files are the rootfs, nothing else)", last.BaseName)
 	}
+	var st dockerStage
 	copies := 0
-	for _, l := range lines[last+1:] {
-		st.instructions = append(st.instructions, l)
-		word, rest, _ := strings.Cut(l, " ")
-		switch strings.ToUpper(word) {
-		case "COPY":
-			if rest != "--from=build /rootfs/ /" {
-				t.Fatalf("Dockerfile: runtime stage %q: only COPY --from=build /rootfs/ / may add files", l)
+	for _, c := range last.Commands {
+		switch x := c.(type) {
+		case *instructions.CopyCommand:
+			if x.From != build.Name || !slices.Equal(x.SourcePaths, []string{"/rootfs/"}) || x.DestPath != "/" {
+				t.Fatalf("Dockerfile: runtime stage %q: only COPY --from=%s /rootfs/ / may add files", x.String(), build.Name)
 			}
 			copies++
-		case "USER":
-			st.user = rest
-		case "WORKDIR":
-			st.workdir = rest
-		case "ENV":
-			k, v, _ := strings.Cut(rest, "=")
-			st.env = append(st.env, k+"="+strings.Trim(v, `"`))
-		case "ENTRYPOINT", "CMD":
-			var a []string
-			if err := json.Unmarshal([]byte(rest), &a); err != nil {
-				t.Fatalf("Dockerfile: %s must be a JSON array: %v", word, err)
+		case *instructions.UserCommand:
+			st.user = x.User
+		case *instructions.WorkdirCommand:
+			st.workdir = x.Path
+		case *instructions.EnvCommand:
+			for _, kv := range x.Env {
+				st.env = append(st.env, kv.Key+"="+kv.Value)
 			}
-			if word == "ENTRYPOINT" {
-				st.entrypoint = a
-			} else {
-				st.command = a
+		case *instructions.EntrypointCommand:
+			if !x.PrependShell {
+				st.entrypoint = x.CmdLine
 			}
-		case "ARG", "EXPOSE", "LABEL", "HEALTHCHECK":
+		case *instructions.CmdCommand:
+			if !x.PrependShell {
+				st.command = x.CmdLine
+			}
+		case *instructions.ArgCommand, *instructions.ExposeCommand, *instructions.LabelCommand, *instructions.HealthCheckCommand:
 		default:
-			t.Fatalf("Dockerfile: runtime stage %q: only the rootfs COPY and metadata belong there", l)
+			t.Fatalf("Dockerfile: runtime stage %q: only the rootfs COPY and metadata belong there", c.Name())
 		}
 	}
 	if copies != 1 || st.user == "" || st.workdir == "" || len(st.entrypoint) == 0 {
-		t.Fatalf("Dockerfile: runtime stage needs one rootfs COPY, USER, WORKDIR, ENTRYPOINT: %+v", st)
+		t.Fatalf("Dockerfile: the runtime stage needs one rootfs COPY, USER, WORKDIR and an exec-form ENTRYPOINT: %+v", st)
 	}
 	return st
 }
