@@ -51,6 +51,7 @@ type options struct {
 	short                      bool
 	drainDelay, shutdown       time.Duration
 	capacityC                  int
+	lbRetries                  int
 	phase, rollPause           time.Duration
 }
 
@@ -76,6 +77,7 @@ func main() {
 	flag.DurationVar(&o.drainDelay, "drain-delay", time.Second, "server.drain_delay of each gateway (HAProxy sees a 503 within 250 ms)")
 	flag.DurationVar(&o.shutdown, "shutdown-timeout", 15*time.Second, "server.shutdown_timeout of each gateway")
 	flag.IntVar(&o.capacityC, "capacity-c", 24, "closed-loop clients measuring the capacity")
+	flag.IntVar(&o.lbRetries, "lb-retries", 3, "HAProxy's retries of a refused connection on another replica (0: none, as kube-proxy: then only the gateway's drain keeps requests from failing)")
 	flag.DurationVar(&o.rollPause, "roll-pause", 2*time.Second, "pause after a replica is back in the pool before the next SIGTERM (Kubernetes' minReadySeconds); -short: 0.5s")
 	flag.Parse()
 	o.phase = 15 * time.Second
@@ -108,6 +110,7 @@ func main() {
 type report struct {
 	Date          string          `json:"date"`
 	Replicas      int             `json:"replicas"`
+	LBRetries     int             `json:"lb_retries"`
 	Rolls         int             `json:"rolls"`
 	DrainDelay    string          `json:"drain_delay"`
 	DrainNote     string          `json:"drain_note,omitempty"`
@@ -194,7 +197,7 @@ func run(o options) (*report, error) {
 	if _, err := os.Stat(o.body); err != nil {
 		return nil, fmt.Errorf("request body: %w", err)
 	}
-	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), Replicas: o.replicas, Rolls: o.rolls,
+	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), Replicas: o.replicas, Rolls: o.rolls, LBRetries: o.lbRetries,
 		Body: filepath.Base(o.body), HAProxy: map[string]int{}, OnlineCPUs: cpus()}
 
 	// The gateways' config: one session and one decoder each (N replicas share this machine).
@@ -518,10 +521,16 @@ func (f *fleet) startHAProxy() error {
 	for _, r := range f.replicas {
 		fmt.Fprintf(&servers, "    server %s 127.0.0.1:%d\n", r.name, r.port)
 	}
-	// Health checks every 250 ms: one 503 from /v2/health/ready takes a replica out of the
-	// pool (fall 1), two 200s bring it back (rise 2). retries + redispatch move a request whose
+	// Health checks every 250 ms: one 503 from /v2/health/ready (or a refused connection)
+	// takes a replica out of the pool (fall 1), two 200s bring it back (rise 2). timeout check
+	// 2s: without it the check's timeout is inter (250 ms), and a replica slowed by a busy
+	// machine, still serving, would be taken out, all of them at once in the worst case. retries + redispatch move a request whose
 	// connection could not be made to another replica (nothing was sent yet, so it is safe for
 	// a POST); HAProxy does not resend a request a server has received.
+	redispatch := "    option redispatch 1\n"
+	if f.o.lbRetries == 0 {
+		redispatch = ""
+	}
 	f.haproxyCfg = fmt.Sprintf(`# written by deploy/cmd/fleet
 global
     maxconn 4096
@@ -533,9 +542,9 @@ defaults
     timeout client 60s
     timeout server 60s
     timeout http-keep-alive 30s
-    retries 3
-    option redispatch 1
-
+    timeout check 2s
+    retries %d
+%s
 frontend fleet
     bind 127.0.0.1:%d
     default_backend fleet
@@ -559,7 +568,7 @@ listen stats
     bind 127.0.0.1:%d
     stats enable
     stats uri /stats
-`, f.fleetPort, f.singlePort, servers.String(), f.replicas[0].name, f.replicas[0].port, f.statsPort)
+`, f.o.lbRetries, redispatch, f.fleetPort, f.singlePort, servers.String(), f.replicas[0].name, f.replicas[0].port, f.statsPort)
 	path := filepath.Join(f.o.out, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(f.haproxyCfg), 0o644); err != nil {
 		return err
@@ -913,6 +922,7 @@ func cpus() int {
 func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Fleet: %d gateways behind HAProxy, %d rolling restarts under load (%s, %d CPUs)\n\n", r.Replicas, r.Rolls, r.Date, r.OnlineCPUs)
+	fmt.Fprintf(&b, "HAProxy retries a refused connection on another replica: %d times.\n", r.LBRetries)
 	if r.DrainNote != "" {
 		fmt.Fprintf(&b, "Note: %s.\n\n", r.DrainNote)
 	} else if r.DrainDelay != "" {
