@@ -507,8 +507,19 @@ func (b *Batcher[In, Out]) wake() {
 // the item, the window, and the remaining time of running batches are not
 // counted, so only items that are late even in the best case are shed.
 func (b *Batcher[In, Out]) wouldMiss(now, deadline time.Time, lv int) bool {
-	if b.cfg.DisableShedding || b.model.samples < minShedSamples {
+	if b.cfg.DisableShedding {
 		return false
+	}
+	pred, ok := b.predict(lv)
+	return ok && now.Add(pred).After(deadline)
+}
+
+// predict returns the best-case time from a Submit at level lv now to its
+// result (see wouldMiss), and false until minShedSamples runs were observed.
+// b.mu must be held.
+func (b *Batcher[In, Out]) predict(lv int) (time.Duration, bool) {
+	if b.model.samples < minShedSamples {
+		return 0, false
 	}
 	q := 1
 	for l := lv; l < len(b.levels); l++ {
@@ -518,8 +529,19 @@ func (b *Batcher[In, Out]) wouldMiss(now, deadline time.Time, lv int) bool {
 	batches := (q + m - 1) / m
 	rounds := (batches + b.cfg.Instances - 1) / b.cfg.Instances
 	last := q - (batches-1)*m
-	pred := time.Duration(rounds-1)*b.model.predict(m) + b.model.predict(last)
-	return now.Add(pred).After(deadline)
+	return time.Duration(rounds-1)*b.model.predict(m) + b.model.predict(last), true
+}
+
+// Predict returns the best-case time from a Submit made now, with the given
+// priority, to its result: the runs of the items queued ahead of it and its
+// own, as the service model predicts them (the window, runs in progress and
+// later higher-priority arrivals are not counted). ok is false until a few runs
+// were observed. Callers use it to refuse work early (admission control).
+func (b *Batcher[In, Out]) Predict(priority int) (d time.Duration, ok bool) {
+	lv := min(max(priority, 0), len(b.levels)-1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.predict(lv)
 }
 
 // push appends it to its level; b.mu must be held.

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -21,6 +23,10 @@ type Config struct {
 	Server      Server      `yaml:"server"`
 	ONNXRuntime ONNXRuntime `yaml:"onnxruntime"`
 	Models      []Model     `yaml:"models"`
+
+	// explicitZero holds the keys the file set to zero explicitly: a zero that is not
+	// meaningful for its key is an error rather than silently the default.
+	explicitZero map[string]bool
 }
 
 // Server configures the HTTP front end.
@@ -41,8 +47,20 @@ type Server struct {
 	MaxConnections int `yaml:"max_connections"`
 	// QueueFullStatus is the status of a request refused because a queue is full: 503 or 429.
 	QueueFullStatus int `yaml:"queue_full_status"`
-	// RetryAfter is the Retry-After value, in whole seconds, sent with that status. Default 1s.
+	// RetryAfter is the Retry-After value, in whole seconds, sent with every refusal. Default 1s.
 	RetryAfter Duration `yaml:"retry_after"`
+	// MaxInflightBytes is the memory budget of the requests in flight (bodies as received,
+	// decode buffers, input rows); a request that would exceed it is refused at once. Default: a
+	// quarter of the memory limit (the cgroup's, else the machine's), within 64 MiB..1 GiB.
+	MaxInflightBytes ByteSize `yaml:"max_inflight_bytes"`
+	// DecodeQueue is how many requests may wait for a decode worker; beyond it they are refused
+	// at once (and earlier when their deadline cannot be met). Default: 128 per decode worker,
+	// at least 256: a closed loop of a few hundred clients queues, an open-loop overload is
+	// refused once about a second or two of decode work waits.
+	DecodeQueue int `yaml:"decode_queue"`
+	// DrainDelay: after SIGTERM readiness fails at once, but connections are still accepted and
+	// served this long (load balancers stop sending meanwhile), then the listener closes. 0: none.
+	DrainDelay Duration `yaml:"drain_delay"`
 }
 
 // ONNXRuntime locates the ONNX Runtime shared library.
@@ -169,12 +187,60 @@ func Parse(data []byte, dir string) (*Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("cannot parse config: more than one YAML document")
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("cannot parse config: %w", err)
+	}
+	cfg.explicitZero = zeroKeys(&doc)
 	cfg.resolvePaths(dir)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// zeroKeys returns the paths (e.g. "server.read_timeout", "models[0].batching.max_queue_size")
+// of the keys given an explicit zero ("0", "0s", "0MiB"...) in the YAML document.
+func zeroKeys(doc *yaml.Node) map[string]bool {
+	out := map[string]bool{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i].Value
+				if path != "" {
+					k = path + "." + k
+				}
+				walk(n.Content[i+1], k)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		case yaml.ScalarNode:
+			if isZeroScalar(n.Value) {
+				out[path] = true
+			}
+		}
+	}
+	walk(doc, "")
+	return out
+}
+
+// isZeroScalar reports whether a YAML scalar spells zero: 0, 0.0, 0s, 0ms, 0B, 0MiB...
+func isZeroScalar(v string) bool {
+	num := strings.TrimRightFunc(strings.TrimSpace(v), unicode.IsLetter)
+	if num == "" {
+		return false
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	return err == nil && f == 0
 }
 
 func (c *Config) resolvePaths(dir string) {
@@ -215,6 +281,12 @@ func (c *Config) setDefaults() {
 	}
 	if s.DecodeWorkers == 0 {
 		s.DecodeWorkers = runtime.NumCPU()
+	}
+	if s.DecodeQueue == 0 {
+		s.DecodeQueue = max(256, 128*s.DecodeWorkers)
+	}
+	if s.MaxInflightBytes == 0 {
+		s.MaxInflightBytes = ByteSize(min(max(MemoryLimit()/4, 64<<20), 1<<30))
 	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = 10000
@@ -312,11 +384,33 @@ func (c *Config) Validate() error {
 			bad("server."+name, "must not be negative, got %s", d)
 		}
 	}
-	if s.DecodeWorkers < 0 {
-		bad("server.decode_workers", "must not be negative, got %d", s.DecodeWorkers)
+	// Keys whose zero means nothing (the default is what an omitted key gets): an explicit zero
+	// is an error, so that a config means what it says.
+	for _, k := range []string{"max_body_bytes", "read_timeout", "write_timeout", "idle_timeout", "shutdown_timeout",
+		"max_connections", "queue_full_status", "retry_after", "max_inflight_bytes", "decode_queue"} {
+		if c.explicitZero["server."+k] {
+			bad("server."+k, "must be positive (omit it for the default)")
+		}
 	}
-	if s.MaxConnections < 0 {
-		bad("server.max_connections", "must not be negative, got %d", s.MaxConnections)
+	if s.DecodeWorkers < 0 || s.DecodeWorkers > 1024 {
+		bad("server.decode_workers", "must be in [0, 1024] (0: one per CPU), got %d", s.DecodeWorkers)
+	}
+	if s.DecodeQueue < 0 || s.DecodeQueue > 100000 {
+		bad("server.decode_queue", "must be in [1, 100000], got %d", s.DecodeQueue)
+	}
+	if s.MaxConnections < 0 || s.MaxConnections > 1000000 {
+		bad("server.max_connections", "must be in [1, 1000000], got %d", s.MaxConnections)
+	}
+	if s.DrainDelay < 0 {
+		bad("server.drain_delay", "must not be negative, got %s", s.DrainDelay)
+	}
+	if s.MaxInflightBytes < 1<<20 {
+		bad("server.max_inflight_bytes", "must be at least 1MiB, got %d", s.MaxInflightBytes)
+	} else if lim := MemoryLimit(); int64(s.MaxInflightBytes) > lim {
+		bad("server.max_inflight_bytes", "is %d bytes, more than the memory available (%d)", s.MaxInflightBytes, lim)
+	}
+	if s.MaxBodyBytes > s.MaxInflightBytes {
+		bad("server.max_body_bytes", "(%d) must not exceed server.max_inflight_bytes (%d): one body must fit the memory budget", s.MaxBodyBytes, s.MaxInflightBytes)
 	}
 	if s.QueueFullStatus != 503 && s.QueueFullStatus != 429 {
 		bad("server.queue_full_status", "must be 503 or 429, got %d", s.QueueFullStatus)
@@ -336,6 +430,8 @@ func (c *Config) Validate() error {
 			bad(f+".name", "is required")
 		case !validName(m.Name) || m.Name[0] == '_' || m.Name[0] == '.':
 			bad(f+".name", "%q may hold only letters, digits, '.', '_' and '-', and must start with a letter or digit", m.Name)
+		case strings.HasSuffix(m.Name, ".tensor"):
+			bad(f+".name", "%q: the suffix .tensor names a model's tensor interface on /v2", m.Name)
 		case seen[m.Name]:
 			bad(f+".name", "%q is used by another model", m.Name)
 		}
@@ -387,6 +483,13 @@ func (c *Config) Validate() error {
 		if p.MaxPixels < 1 {
 			bad(f+".preprocess.max_pixels", "must be positive, got %d", p.MaxPixels)
 		}
+		for _, k := range []string{"input.width", "input.height", "preprocess.resize", "preprocess.crop", "preprocess.max_pixels",
+			"batching.max_batch_size", "batching.max_queue_size", "batching.default_timeout",
+			"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads"} {
+			if c.explicitZero[fmt.Sprintf("models[%d].%s", i, k)] {
+				bad(f+"."+k, "must be positive (omit it for the default)")
+			}
+		}
 		b := &m.Batching
 		if b.MaxBatchSize < 1 || b.MaxBatchSize > 4096 {
 			bad(f+".batching.max_batch_size", "must be in [1, 4096], got %d", b.MaxBatchSize)
@@ -394,8 +497,11 @@ func (c *Config) Validate() error {
 		if b.MaxQueueDelay < 0 {
 			bad(f+".batching.max_queue_delay", "must not be negative, got %s", b.MaxQueueDelay)
 		}
-		if b.MaxQueueSize < 1 {
-			bad(f+".batching.max_queue_size", "must be at least 1, got %d", b.MaxQueueSize)
+		if b.MaxQueueSize < 1 || b.MaxQueueSize > 65536 {
+			bad(f+".batching.max_queue_size", "must be in [1, 65536], got %d", b.MaxQueueSize)
+		} else if row := int64(3*m.Input.Width*m.Input.Height) * 4; int64(b.MaxQueueSize)*row > 4*int64(s.MaxInflightBytes) {
+			bad(f+".batching.max_queue_size", "%d queued rows of %d bytes exceed four times server.max_inflight_bytes (%d); the budget would refuse most of them",
+				b.MaxQueueSize, row, s.MaxInflightBytes)
 		}
 		for j, n := range b.PreferredBatchSizes {
 			if n < 1 || n > b.MaxBatchSize {
@@ -483,4 +589,27 @@ func splitHostPort(s string) (string, string, error) {
 		}
 	}
 	return s[:i], port, nil
+}
+
+// MemoryLimit returns the memory this process may use: its cgroup's limit (memory.max, as a
+// container runtime sets it) when there is one, else the machine's total memory, else 4 GiB.
+func MemoryLimit() int64 {
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 {
+			return v
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 {
+					if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+						return v << 10
+					}
+				}
+			}
+		}
+	}
+	return 4 << 30
 }

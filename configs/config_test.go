@@ -68,10 +68,42 @@ func TestStrictAndValidation(t *testing.T) {
 		{"server: {listen: nope}\nmodels: [{name: m, path: p}]\n", "server.listen"},
 		{"server: {max_body_bytes: 12XB}\nmodels: [{name: m, path: p}]\n", "cannot parse size"},
 		{"", "config is empty"},
+		{"server: {read_timeout: 0s}\nmodels: [{name: m, path: p}]\n", "server.read_timeout: must be positive (omit it for the default)"},
+		{"server: {max_body_bytes: 0}\nmodels: [{name: m, path: p}]\n", "server.max_body_bytes: must be positive"},
+		{"models: [{name: m, path: p, batching: {max_queue_size: 0}}]\n", "batching.max_queue_size: must be positive"},
+		{"models: [{name: m, path: p, runtime: {instances: 0}}]\n", "runtime.instances: must be positive"},
+		{"models: [{name: m, path: p, batching: {max_queue_size: 70000}}]\n", "max_queue_size: must be in [1, 65536]"},
+		{"server: {max_inflight_bytes: 64MiB}\nmodels: [{name: m, path: p, batching: {max_queue_size: 1024}}]\n", "exceed four times server.max_inflight_bytes"},
+		{"server: {max_inflight_bytes: 8MiB}\nmodels: [{name: m, path: p}]\n", "must not exceed server.max_inflight_bytes"},
+		{"server: {max_connections: 2000000}\nmodels: [{name: m, path: p}]\n", "server.max_connections"},
+		{"server: {drain_delay: -1s}\nmodels: [{name: m, path: p}]\n", "server.drain_delay"},
+		{"models: [{name: m.tensor, path: p}]\n", "names a model's tensor interface"},
 	} {
 		_, err := Parse([]byte(tc.yaml), "/x")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want it to contain %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// TestMeaningfulZeros: the keys whose zero means something accept it.
+func TestMeaningfulZeros(t *testing.T) {
+	cfg, err := Parse([]byte("server: {decode_workers: 0, drain_delay: 0s}\nmodels: [{name: m, path: p, batching: {max_queue_delay: 0, priorities: 0, adaptive: {latency_target: 0s}}}]\n"), "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Server
+	if s.DecodeWorkers < 1 || s.DecodeQueue != max(256, 128*s.DecodeWorkers) || s.DrainDelay != 0 || s.MaxInflightBytes < 64<<20 || s.MaxInflightBytes > 1<<30 {
+		t.Fatalf("server defaults: %+v", s)
+	}
+	for _, v := range []string{"0", "0s", "0.0", "0MiB", " 0ms"} {
+		if !isZeroScalar(v) {
+			t.Errorf("%q is zero", v)
+		}
+	}
+	for _, v := range []string{"1", "0.5s", "false", "", "10"} {
+		if isZeroScalar(v) {
+			t.Errorf("%q is not zero", v)
 		}
 	}
 }

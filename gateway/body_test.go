@@ -32,6 +32,9 @@ func TestExtractJSONField(t *testing.T) {
 		{`{"a":nul,"image":"x"}`, "", "unexpected"},
 		{`{"a":01x,"image":"x"}`, "", "unexpected"},
 		{"{\"image\":\"a\x01b\"}", "", "control character"},
+		{`{"\u0069mage":"QUJD"}`, "QUJD", ""},
+		{`{"im\u0061ge":"x","image":"y"}`, "", "more than one"},
+		{`{"imag\u0065x":"x"}`, "", `no "image" field`},
 		{`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"image":"x"}`, "", "nested deeper"},
 	} {
 		got, err := extractJSONField([]byte(tc.body), "image")
@@ -58,6 +61,7 @@ func TestDecodeBase64Variants(t *testing.T) {
 		"lines":        std[:8] + "\n" + std[8:16] + "\r\n" + std[16:],
 		"json-escapes": strings.ReplaceAll(std[:8]+`\n`+std[8:], "/", `\/`),
 		"spaces":       std[:4] + " " + std[4:],
+		"u-escapes":    `\u0020` + strings.ReplaceAll(std, "A", `\u0041`) + `\u000a`,
 	} {
 		got, _, err := decodeBase64(nil, nil, []byte(src))
 		if err != nil || !bytes.Equal(got, raw) {
@@ -71,11 +75,35 @@ func TestDecodeBase64Variants(t *testing.T) {
 		"bad pad":    "QUJD=",
 		"truncated":  "QUJDR",
 		"empty":      "",
-		"bad escape": `QUJD\u0041`,
+		"bad escape": `QUJD\x41`,
+		"non-ascii":  `QUJD\u00e9`,
+		"quote":      `QUJD\"`,
 	} {
 		_, _, err := decodeBase64(nil, nil, []byte(src))
 		if err == nil || !errors.Is(err, errBody) {
 			t.Errorf("%s: %q: err = %v, want a body error", name, src, err)
+		}
+	}
+}
+
+func TestDecodeJSONImageDataURL(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"image":"data:image/jpeg;base64,QUJD"}`:           "ABC",
+		`{"image":"DATA:image/png;name=x.png;BASE64,QUJD"}`: "ABC",
+		`{"image":"QUJD"}`: "ABC",
+	} {
+		got, _, err := DecodeJSONImage([]byte(body), nil, nil)
+		if err != nil || string(got) != want {
+			t.Errorf("%s: %q, %v", body, got, err)
+		}
+	}
+	for body, msg := range map[string]string{
+		`{"image":"data:image/png,%89PNG"}`: "not base64-encoded",
+		`{"image":"data:image/png;base64"}`: "without its ','",
+	} {
+		_, _, err := DecodeJSONImage([]byte(body), nil, nil)
+		if err == nil || !errors.Is(err, errBody) || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: err = %v, want %q", body, err, msg)
 		}
 	}
 }
@@ -129,30 +157,88 @@ func BenchmarkParseArticleBody(b *testing.B) {
 	}
 }
 
-// FuzzBody checks that the body parser never panics and agrees with encoding/json on which
-// bodies hold a string "image" field.
+// FuzzBody checks that the body parser never panics and agrees with encoding/json: a body
+// it accepts is a JSON object whose "image" string (escapes undone, a data: URL prefix
+// removed) holds exactly the bytes it decoded; a plain well-formed body that encoding/json
+// reads with one "image" field of canonical base64 is accepted.
 func FuzzBody(f *testing.F) {
 	f.Add([]byte(`{"image":"QUJD"}`))
 	f.Add([]byte(`{"a":[1,{"b":null}],"image":"QU\/JD\n"}`))
+	f.Add([]byte(`{"\u0069mage":"\u0051UJD"}`))
+	f.Add([]byte(`{"image":"data:image/jpeg;base64,QUJD"}`))
 	f.Add([]byte(`{"image":"QUJD`))
 	if body, err := os.ReadFile("../../shared/seed/rime_5868.json"); err == nil {
 		f.Add(body[:2000])
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		field, err := extractJSONField(body, "image")
+		img, _, err := DecodeJSONImage(body, nil, nil)
 		var ref map[string]json.RawMessage
 		refErr := json.Unmarshal(body, &ref)
+		var s string
+		strErr := json.Unmarshal(ref["image"], &s)
 		if err == nil {
 			if refErr != nil {
 				t.Fatalf("accepted %q which encoding/json rejects: %v", body, refErr)
 			}
-			var s string
-			if json.Unmarshal(ref["image"], &s) != nil {
+			if strErr != nil {
 				t.Fatalf("accepted a non-string image field in %q", body)
 			}
-			decodeBase64(nil, nil, field)
+			if field, _ := stripDataURL([]byte(s)); !bytes.Equal(img, lenientBase64(t, string(field))) {
+				t.Fatalf("%q: decoded %q, encoding/json's string decodes to something else", body, img)
+			}
+			return
+		}
+		if refErr == nil && strErr == nil && len(s) > 0 && countKey(body, "image") == 1 && !bytes.ContainsAny(body, "\\\x7f") {
+			if raw, e := base64.StdEncoding.DecodeString(s); e == nil && len(raw) > 0 {
+				t.Fatalf("%q: refused (%v) a canonical body", body, err)
+			}
 		}
 	})
+}
+
+// lenientBase64 decodes s as the gateway's rules allow (spaces, URL-safe alphabet, padding
+// optional), failing the test if it is not base64 at all.
+func lenientBase64(t *testing.T, s string) []byte {
+	t.Helper()
+	s = strings.Map(func(r rune) rune {
+		switch r {
+		case ' ', '\n', '\r', '\t', '=':
+			return -1
+		case '-':
+			return '+'
+		case '_':
+			return '/'
+		}
+		return r
+	}, s)
+	b, err := base64.RawStdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatalf("the gateway decoded a string that is not base64: %q: %v", s, err)
+	}
+	return b
+}
+
+// countKey counts the top-level keys of a JSON object equal to key (escapes undone).
+func countKey(body []byte, key string) int {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return 0
+		}
+		if tok == key {
+			n++
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return 0
+		}
+	}
+	return n
 }
 
 // BenchmarkBodyToSlot is the whole per-request preprocessing path on the article's payload:

@@ -5,6 +5,7 @@ package gateway
 import (
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,11 +53,11 @@ func newGoneWatcher(interval time.Duration) *goneWatcher {
 // watch calls cancel if conn's peer closes before the returned release func is called.
 // It returns a no-op release for connections it cannot watch.
 func (w *goneWatcher) watch(conn net.Conn, cancel func()) (release func()) {
-	tc, ok := conn.(*net.TCPConn)
+	sc, ok := conn.(syscall.Conn)
 	if !ok || w == nil {
 		return func() {}
 	}
-	raw, err := tc.SyscallConn()
+	raw, err := sc.SyscallConn()
 	if err != nil {
 		return func() {}
 	}

@@ -1,365 +1,344 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/imagegate/imagegate/batcher"
-	"github.com/imagegate/imagegate/configs"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
-// model is one served model: its preprocessor, its batcher and its runners.
+// model is one served model version. It owns its preprocessor, its batcher (whose loops call
+// its runners) and its metric series: newModel creates them together and close releases them
+// together, so a model's lifetime has one owner.
 type model struct {
-	name           string
-	cfg            configs.Model
+	name, version  string
 	labels         []string
-	pre            *preprocess.Preprocessor
-	batcher        *batcher.Batcher[*job, struct{}]
-	runners        []Runner
-	rowLen         int
-	uint8Input     bool
 	classes        int
+	rowLen         int
+	elemSize       int    // bytes per input value
+	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
+	inputName      string
+	outputName     string
+	shape          []int64 // one sample's input shape, e.g. [3 224 224]
+	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
-	pool           sync.Pool
-
-	req           *requestMetrics
-	preprocessDur *metrics.PrometheusHistogram
-	queueWait     *metrics.PrometheusHistogram
-	inferenceDur  *metrics.PrometheusHistogram
-	batchSize     *metrics.PrometheusHistogram
-	batches       *metrics.Counter
-	batchItems    *metrics.Counter
-	batchErrors   *metrics.Counter
-	dropped       map[batcher.DropReason]*metrics.Counter
+	maxBatch       int
+	instances      int
+	// queueCap bounds the samples admitted and not yet running: max_queue_size plus a batch
+	// per instance.
+	queueCap int64
+	pending  atomic.Int64 // samples admitted and not yet answered
+	refs     sync.WaitGroup
+	closing  atomic.Bool
+	met      *modelMetrics
+	impl     modelImpl
+	release  func()
 }
 
-func newModel(spec ModelSpec, set *metrics.Set) (*model, error) {
-	c := spec.Config
-	if len(spec.Runners) == 0 {
-		return nil, fmt.Errorf("gateway: model %s has no runner", c.Name)
-	}
-	r0 := spec.Runners[0]
-	for i, r := range spec.Runners {
-		if r.Classes() != r0.Classes() || r.RowLen() != r0.RowLen() || r.InputType() != r0.InputType() || r.MaxBatchSize() < c.Batching.MaxBatchSize {
-			return nil, fmt.Errorf("gateway: model %s: runner %d does not match runner 0 or holds fewer than max_batch_size rows", c.Name, i)
-		}
-	}
-	if len(spec.Labels) != r0.Classes() {
-		return nil, fmt.Errorf("gateway: model %s: %d labels in %s, but the model's output has %d classes",
-			c.Name, len(spec.Labels), c.Labels, r0.Classes())
-	}
-	po := preprocess.Options{
-		Width:      c.Input.Width,
-		Height:     c.Input.Height,
-		Resize:     c.Preprocess.Resize,
-		Mode:       preprocess.Mode(c.Preprocess.Mode),
-		Scale:      preprocess.Scale(c.Preprocess.Scale),
-		Layout:     preprocess.Layout(c.Input.Layout),
-		MaxPixels:  c.Preprocess.MaxPixels,
-		FullDecode: c.Preprocess.FullDecode,
-	}
-	copy(po.Mean[:], c.Preprocess.Mean)
-	copy(po.Std[:], c.Preprocess.Std)
-	pre, err := preprocess.New(po)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: model %s: %w", c.Name, err)
-	}
-	if pre.SlotLen() != r0.RowLen() {
-		return nil, fmt.Errorf("gateway: model %s: preprocessing gives %d values per image, the model's input row holds %d (check input.width/height)",
-			c.Name, pre.SlotLen(), r0.RowLen())
-	}
-	m := &model{
-		name:           c.Name,
-		cfg:            c,
-		labels:         spec.Labels,
-		pre:            pre,
-		runners:        spec.Runners,
-		rowLen:         r0.RowLen(),
-		uint8Input:     r0.InputType() == "uint8",
-		classes:        r0.Classes(),
-		defaultTimeout: c.Batching.DefaultTimeout.D(),
-	}
-	m.pool.New = func() any {
-		j := &job{scores: make([]float32, m.classes)}
-		if m.uint8Input {
-			j.slotU8 = make([]uint8, m.rowLen)
-		} else {
-			j.slot = make([]float32, m.rowLen)
-		}
-		return j
-	}
-	l := fmt.Sprintf(`{model=%q}`, c.Name)
-	m.req = newRequestMetrics(set, c.Name)
-	m.preprocessDur = set.NewPrometheusHistogramExt("gateway_preprocess_duration_seconds"+l, latencyBuckets)
-	m.queueWait = set.NewPrometheusHistogramExt("gateway_queue_wait_seconds"+l, latencyBuckets)
-	m.inferenceDur = set.NewPrometheusHistogramExt("gateway_inference_duration_seconds"+l, latencyBuckets)
-	m.batchSize = set.NewPrometheusHistogramExt("gateway_batch_size"+l, batchBuckets(c.Batching.MaxBatchSize))
-	m.batches = set.NewCounter("gateway_batches_total" + l)
-	m.batchItems = set.NewCounter("gateway_batch_items_total" + l)
-	m.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
-	m.dropped = map[batcher.DropReason]*metrics.Counter{}
-	for _, r := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed} {
-		m.dropped[r] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{model=%q,reason=%q}`, c.Name, r.String()))
-	}
+// modelImpl is the part of a model that depends on its input's element type.
+type modelImpl interface {
+	// samples returns n pooled samples; release them with sampleSet.release.
+	samples(n int) sampleSet
+	predict(priority int) (time.Duration, bool)
+	queueLen() int
+	adaptiveCap() int
+	close(ctx context.Context) error
+}
 
-	bc := batcher.Config{
-		MaxBatchSize:        c.Batching.MaxBatchSize,
-		MaxQueueDelay:       c.Batching.MaxQueueDelay.D(),
-		MaxQueueSize:        c.Batching.MaxQueueSize,
-		PreferredBatchSizes: c.Batching.PreferredBatchSizes,
-		Instances:           len(spec.Runners),
-		Priorities:          c.Batching.Priorities,
+// sampleSet is one request's samples: an input row and a score row each.
+type sampleSet interface {
+	len() int
+	// decode preprocesses an encoded image into sample i's row.
+	decode(i int, img []byte) error
+	// tensorJSON fills every row from JSON tensor data (flat or nested numbers, row-major).
+	tensorJSON(data []byte) error
+	// tensorBinary fills every row from raw little-endian tensor data.
+	tensorBinary(raw []byte) error
+	// submit runs every sample (they may share batches) and waits for their scores.
+	submit(ctx context.Context, priority int) error
+	scores(i int) []float32
+	release()
+}
+
+// newModel builds a model version and starts its batcher.
+func newModel(o ModelOptions, met *metricsRegistry) (*model, error) {
+	if o.Version == "" {
+		o.Version = "1"
 	}
-	if t := c.Batching.Adaptive.LatencyTarget.D(); t > 0 {
-		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}
-		// A run on the CPU provider with one intra-op thread executes on the batch loop's
-		// own thread, whose CPU time is then its true cost (other threads preempting it on a
-		// busy machine would inflate wall time at random).
-		if c.Runtime.IntraOpThreads == 1 && c.Runtime.ExecutionProvider == "cpu" {
-			bc.CostClock = threadCPUClock()
+	pre, err := preprocess.New(o.Preprocess)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: model %s: %w", o.Name, err)
+	}
+	po := pre.Options()
+	m := &model{
+		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
+		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
+	}
+	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
+	if po.Layout == preprocess.NHWC {
+		m.shape = []int64{int64(po.Height), int64(po.Width), 3}
+	}
+	switch r := o.Runners.(type) {
+	case RunnersOf[float32]:
+		m.impl, err = newTypedModel(m, r, o)
+		m.elemSize, m.datatype = 4, "FP32"
+	case RunnersOf[uint8]:
+		m.impl, err = newTypedModel(m, r, o)
+		m.elemSize, m.datatype = 1, "UINT8"
+	default:
+		err = errors.New("no runners")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gateway: model %s: %w", o.Name, err)
+	}
+	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
+	m.met = met.model(m)
+	return m, nil
+}
+
+// acquire counts a request on the model; it reports false once the model is closing.
+func (m *model) acquire() bool {
+	m.refs.Add(1)
+	if m.closing.Load() {
+		m.refs.Done()
+		return false
+	}
+	return true
+}
+
+func (m *model) done() { m.refs.Done() }
+
+// admit counts n more samples against the model's queue bound.
+func (m *model) admit(n int) error {
+	for {
+		p := m.pending.Load()
+		if p+int64(n) > m.queueCap {
+			return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, m.name, p)
+		}
+		if m.pending.CompareAndSwap(p, p+int64(n)) {
+			return nil
 		}
 	}
+}
+
+func (m *model) unadmit(n int) { m.pending.Add(int64(-n)) }
+
+// rowBytes is the memory of one input row.
+func (m *model) rowBytes() int64 { return int64(m.rowLen * m.elemSize) }
+
+// close stops taking requests, waits for those in flight (until ctx ends), runs what is
+// queued, stops the batcher and releases the runners and the metric series.
+func (m *model) close(ctx context.Context, met *metricsRegistry) error {
+	m.closing.Store(true)
+	done := make(chan struct{})
+	go func() { m.refs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	err := m.impl.close(ctx)
+	if err == nil && m.release != nil {
+		// A batch may still run after a close that timed out: the runners are then left
+		// to the process rather than freed under it.
+		m.release()
+	}
+	met.dropModel(m)
+	return err
+}
+
+// typedModel is a model whose input elements are T.
+type typedModel[T Elem] struct {
+	m       *model
+	runners []Runner[T]
+	b       *batcher.Batcher[*job[T], struct{}]
+	jobs    sync.Pool
+	sets    sync.Pool
+}
+
+// job is one sample's pooled memory: its input row and its scores. Both are fully written
+// before they are read (the row by a decode or a tensor fill, the scores by the run), so
+// nothing of an earlier request survives in them.
+type job[T Elem] struct {
+	row    []T
+	scores []float32
+}
+
+func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typedModel[T], error) {
+	if len(runners) == 0 {
+		return nil, errors.New("no runner")
+	}
+	r0 := runners[0]
+	for i, r := range runners {
+		if r.Classes() != r0.Classes() || r.RowLen() != r0.RowLen() || r.MaxBatchSize() < o.Batching.MaxBatchSize {
+			return nil, fmt.Errorf("runner %d does not match runner 0 or holds fewer than max_batch_size rows", i)
+		}
+	}
+	if len(o.Labels) != r0.Classes() {
+		return nil, fmt.Errorf("%d labels, but the model's output has %d classes", len(o.Labels), r0.Classes())
+	}
+	if m.pre.SlotLen() != r0.RowLen() {
+		return nil, fmt.Errorf("preprocessing gives %d values per image, the model's input row holds %d (check input.width/height)",
+			m.pre.SlotLen(), r0.RowLen())
+	}
+	m.classes, m.rowLen, m.instances = r0.Classes(), r0.RowLen(), len(runners)
+	t := &typedModel[T]{m: m, runners: runners}
+	t.jobs.New = func() any { return &job[T]{row: make([]T, m.rowLen), scores: make([]float32, m.classes)} }
+	t.sets.New = func() any { return &samplesOf[T]{t: t} }
+	bc := o.Batching
+	bc.Instances = len(runners)
 	hooks := batcher.Hooks{
-		QueueWait: func(d time.Duration) { m.queueWait.Update(d.Seconds()) },
-		Batch: func(instance, size int, run time.Duration, err error) {
-			m.batches.Inc()
-			m.batchItems.Add(size)
-			m.batchSize.Update(float64(size))
-			m.inferenceDur.Update(run.Seconds())
+		QueueWait: func(d time.Duration) { m.met.queueWait.Update(d.Seconds()) },
+		Batch: func(_, size int, run time.Duration, err error) {
+			m.met.batches.Inc()
+			m.met.batchItems.Add(size)
+			m.met.batchSize.Update(float64(size))
+			m.met.inference.Update(run.Seconds())
 			if err != nil {
-				m.batchErrors.Inc()
+				m.met.batchErrors.Inc()
 			}
 		},
 		Dropped: func(r batcher.DropReason) {
-			if c := m.dropped[r]; c != nil {
+			if c := m.met.dropped[r]; c != nil {
 				c.Inc()
 			}
 		},
 	}
-	b, err := batcher.New(bc, m.run, hooks)
+	b, err := batcher.New(bc, t.run, hooks)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: model %s: %w", c.Name, err)
+		return nil, err
 	}
-	m.batcher = b
-	set.NewGauge("gateway_queue_length"+l, func() float64 { return float64(b.QueueLen()) })
-	set.NewGauge("gateway_queue_capacity"+l, func() float64 { return float64(c.Batching.MaxQueueSize) })
-	set.NewGauge("gateway_max_batch_size"+l, func() float64 { return float64(c.Batching.MaxBatchSize) })
-	if bc.Adaptive != nil {
-		set.NewGauge("gateway_adaptive_batch_cap"+l, func() float64 { return float64(b.Stats().AdaptiveCap) })
-	}
-	return m, nil
+	t.b = b
+	return t, nil
 }
 
 // run is the batcher's run function: it stacks the jobs' rows into the instance's input
 // tensor, runs it once and copies each job's scores back.
-func (m *model) run(instance int, jobs []*job, _ []struct{}) error {
-	r := m.runners[instance]
+func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
+	r := t.runners[instance]
 	for i, j := range jobs {
-		if m.uint8Input {
-			copy(r.InputUint8(i), j.slotU8)
-		} else {
-			copy(r.Input(i), j.slot)
-		}
+		copy(r.Input(i), j.row)
 	}
 	scores, err := r.Run(len(jobs))
 	if err != nil {
 		return err
 	}
-	k := m.classes
+	k := t.m.classes
 	for i, j := range jobs {
 		copy(j.scores, scores[i*k:(i+1)*k])
 	}
 	return nil
 }
 
-func (m *model) getJob() *job { return m.pool.Get().(*job) }
-
-// maxInferSamples bounds the samples of one Open Inference Protocol request: as many as the
-// model's instances run at once.
-func (m *model) maxInferSamples() int {
-	return m.cfg.Batching.MaxBatchSize * len(m.runners)
+func (t *typedModel[T]) samples(n int) sampleSet {
+	s := t.sets.Get().(*samplesOf[T])
+	for range n {
+		s.jobs = append(s.jobs, t.jobs.Get().(*job[T]))
+	}
+	return s
 }
 
-func (m *model) putJob(j *job) {
-	if cap(j.img) > maxPooledBytes {
-		j.img = nil
-	}
-	if cap(j.scratch) > maxPooledBytes {
-		j.scratch = nil
-	}
-	if cap(j.buf) > 64<<10 {
-		j.buf = nil
-	}
-	m.pool.Put(j)
+func (t *typedModel[T]) predict(priority int) (time.Duration, bool) { return t.b.Predict(priority) }
+func (t *typedModel[T]) queueLen() int                              { return t.b.QueueLen() }
+func (t *typedModel[T]) adaptiveCap() int                           { return t.b.Stats().AdaptiveCap }
+func (t *typedModel[T]) close(ctx context.Context) error            { return t.b.Close(ctx) }
+
+// samplesOf is a request's samples for a model of element type T (pooled).
+type samplesOf[T Elem] struct {
+	t    *typedModel[T]
+	jobs []*job[T]
+	errs []error
 }
 
-var latencyBuckets = []float64{0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30}
+func (s *samplesOf[T]) len() int { return len(s.jobs) }
 
-func batchBuckets(maxSize int) []float64 {
-	var b []float64
-	for n := 1; n < maxSize; n *= 2 {
-		b = append(b, float64(n))
+func (s *samplesOf[T]) decode(i int, img []byte) error {
+	switch row := any(s.jobs[i].row).(type) {
+	case []float32:
+		return s.t.m.pre.Process(img, row)
+	case []uint8:
+		return s.t.m.pre.ProcessUint8(img, row)
 	}
-	return append(b, float64(maxSize))
+	panic("unreachable")
 }
 
-// Failure reasons: a closed set, used as metric labels.
-const (
-	reasonRejected  = "rejected"
-	reasonTimeout   = "timeout"
-	reasonCancelled = "cancelled"
-	reasonBadInput  = "bad_input"
-	reasonInternal  = "internal"
-)
-
-var trackedCodes = []int{200, 400, 404, 405, 408, 413, 415, 429, 499, 500, 503, 504}
-
-// requestMetrics counts a model's requests by status code and by outcome.
-type requestMetrics struct {
-	byCode   map[int]*metrics.Counter
-	other    *metrics.Counter
-	success  *metrics.Counter
-	failures map[string]*metrics.Counter
-	duration *metrics.PrometheusHistogram
+func (s *samplesOf[T]) tensorJSON(data []byte) error {
+	return fillRowsJSON(s.rows(), data)
 }
 
-func newRequestMetrics(set *metrics.Set, name string) *requestMetrics {
-	rm := &requestMetrics{byCode: map[int]*metrics.Counter{}, failures: map[string]*metrics.Counter{}}
-	for _, c := range trackedCodes {
-		rm.byCode[c] = set.NewCounter(fmt.Sprintf(`gateway_requests_total{model=%q,code="%d"}`, name, c))
-	}
-	rm.other = set.NewCounter(fmt.Sprintf(`gateway_requests_total{model=%q,code="other"}`, name))
-	rm.success = set.NewCounter(fmt.Sprintf(`gateway_request_success_total{model=%q}`, name))
-	for _, r := range []string{reasonRejected, reasonTimeout, reasonCancelled, reasonBadInput, reasonInternal} {
-		rm.failures[r] = set.NewCounter(fmt.Sprintf(`gateway_request_failures_total{model=%q,reason=%q}`, name, r))
-	}
-	rm.duration = set.NewPrometheusHistogramExt(fmt.Sprintf(`gateway_request_duration_seconds{model=%q}`, name), latencyBuckets)
-	return rm
+func (s *samplesOf[T]) tensorBinary(raw []byte) error {
+	return fillRowsBinary(s.rows(), raw)
 }
 
-func (rm *requestMetrics) observe(status int, d time.Duration) {
-	if c := rm.byCode[status]; c != nil {
-		c.Inc()
-	} else {
-		rm.other.Inc()
+func (s *samplesOf[T]) rows() [][]T {
+	rows := make([][]T, len(s.jobs))
+	for i, j := range s.jobs {
+		rows[i] = j.row
 	}
-	if d > 0 {
-		rm.duration.Update(d.Seconds())
+	return rows
+}
+
+func (s *samplesOf[T]) submit(ctx context.Context, priority int) error {
+	b, opts := s.t.b, batcher.SubmitOptions{Priority: priority}
+	if len(s.jobs) == 1 {
+		_, err := b.Submit(ctx, s.jobs[0], opts)
+		return err
 	}
+	// The samples are submitted together so that they can share a batch; the first failure
+	// cancels the others (the request fails as a whole).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.errs = append(s.errs[:0], make([]error, len(s.jobs))...)
+	var wg sync.WaitGroup
+	for i, j := range s.jobs {
+		wg.Go(func() {
+			if _, s.errs[i] = b.Submit(ctx, j, opts); s.errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	var first error
+	for _, err := range s.errs {
+		if err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = err
+		}
+	}
+	return first
+}
+
+func (s *samplesOf[T]) scores(i int) []float32 { return s.jobs[i].scores }
+
+func (s *samplesOf[T]) release() {
+	for i, j := range s.jobs {
+		s.t.jobs.Put(j)
+		s.jobs[i] = nil
+	}
+	s.jobs = s.jobs[:0]
+	clear(s.errs)
+	s.errs = s.errs[:0]
+	s.t.sets.Put(s)
+}
+
+// versionNumber orders versions: numeric ones by value, others after them by name.
+func versionNumber(v string) (int64, bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil
+}
+
+func versionLess(a, b string) bool {
+	na, oka := versionNumber(a)
+	nb, okb := versionNumber(b)
 	switch {
-	case status < 400:
-		rm.success.Inc()
-	case status == 429 || status == 503:
-		rm.failures[reasonRejected].Inc()
-	case status == 504:
-		rm.failures[reasonTimeout].Inc()
-	case status == statusClientClosed:
-		rm.failures[reasonCancelled].Inc()
-	case status >= 500:
-		rm.failures[reasonInternal].Inc()
-	default:
-		rm.failures[reasonBadInput].Inc()
+	case oka && okb:
+		return na < nb
+	case oka != okb:
+		return oka
 	}
-}
-
-// appendPrediction writes {"prediction": label} and, with topK > 0, the top k softmax scores.
-func appendPrediction(b []byte, m *model, scores []float32, topK int) []byte {
-	best := 0
-	for i, v := range scores {
-		if v > scores[best] {
-			best = i
-		}
-	}
-	b = append(b, `{"prediction":`...)
-	b = appendJSONString(b, m.labels[best])
-	if topK > 0 {
-		b = append(b, `,"top_k":[`...)
-		probs := softmax(scores)
-		idx := topIndices(probs, topK)
-		for n, i := range idx {
-			if n > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"index":`...)
-			b = strconv.AppendInt(b, int64(i), 10)
-			b = append(b, `,"label":`...)
-			b = appendJSONString(b, m.labels[i])
-			b = append(b, `,"score":`...)
-			if math.IsNaN(probs[i]) || math.IsInf(probs[i], 0) {
-				b = append(b, "null"...) // a model output holding NaN or Inf
-			} else {
-				b = strconv.AppendFloat(b, probs[i], 'g', 6, 64)
-			}
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
-	return append(b, '}')
-}
-
-func softmax(scores []float32) []float64 {
-	mx := math.Inf(-1)
-	for _, v := range scores {
-		mx = math.Max(mx, float64(v))
-	}
-	p := make([]float64, len(scores))
-	sum := 0.0
-	for i, v := range scores {
-		p[i] = math.Exp(float64(v) - mx)
-		sum += p[i]
-	}
-	for i := range p {
-		p[i] /= sum
-	}
-	return p
-}
-
-// topIndices returns the indices of the k largest values, largest first (ties: lower index).
-func topIndices(p []float64, k int) []int {
-	idx := make([]int, 0, k)
-	for i := range p {
-		pos := len(idx)
-		for pos > 0 && p[idx[pos-1]] < p[i] {
-			pos--
-		}
-		if pos >= k {
-			continue
-		}
-		if len(idx) < k {
-			idx = append(idx, 0)
-		}
-		copy(idx[pos+1:], idx[pos:len(idx)-1])
-		idx[pos] = i
-	}
-	return idx
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
+	return a < b
 }

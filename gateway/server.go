@@ -7,225 +7,399 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
-
-	"github.com/imagegate/imagegate/batcher"
-	"github.com/imagegate/imagegate/configs"
-	"github.com/imagegate/imagegate/preprocess"
 )
 
-// Runner runs one model instance: a session with input rows to fill and a Run over the first
-// n of them. The gateway calls each Runner from one batch loop only; it need not be safe for
-// concurrent use.
-type Runner interface {
-	// InputType is "float32" or "uint8".
-	InputType() string
-	// Input returns row i of a float32 input buffer (RowLen values), to be filled before Run.
-	Input(i int) []float32
-	// InputUint8 returns row i of a uint8 input buffer.
-	InputUint8(i int) []uint8
-	// Run runs the first n rows and returns n*Classes scores, valid until the next Run.
-	Run(n int) ([]float32, error)
-	Classes() int
-	RowLen() int
-	MaxBatchSize() int
-}
-
-// ModelSpec is one model to serve: its configuration, its labels and one Runner per instance.
-type ModelSpec struct {
-	Config  configs.Model
-	Labels  []string
-	Runners []Runner
-}
-
-// Server is the gateway's HTTP server. Create it with New, run it with Serve, stop it with
-// Shutdown. Its methods are safe for concurrent use.
+// Server is the gateway's HTTP server. Create it with New, add models with AddModel, run it
+// with Serve, stop it with Shutdown. Its methods are safe for concurrent use.
 type Server struct {
-	cfg      configs.Server
-	models   map[string]*model
-	defModel *model
-	order    []*model
-	metrics  *metrics.Set
-	decode   chan struct{}
+	opts       Options
+	log        *slog.Logger
+	met        *metricsRegistry
+	mem        *budget
+	gate       *decodeGate
+	conns      *connTracker
+	gone       *goneWatcher
+	srv        *fasthttp.Server
+	retryAfter string
+
+	mu     sync.Mutex // serializes changes to models
+	models atomic.Pointer[modelTable]
+
 	ready    atomic.Bool
 	draining atomic.Bool
-	srv      *fasthttp.Server
-	log      *slog.Logger
-	gone     *goneWatcher
+	aborted  atomic.Bool
+	abort    context.Context // every request's context derives from it
+	abortFn  context.CancelCauseFunc
 
-	notFound *requestMetrics
+	inflight   atomic.Int64 // inference requests in the pipeline
+	inflightMu sync.Mutex
+	idle       chan struct{} // closed when inflight drops to 0 while draining
 }
 
-// New builds a server and a batcher per model. The server is ready once New returns.
-func New(cfg configs.Server, specs []ModelSpec, log *slog.Logger) (*Server, error) {
-	if len(specs) == 0 {
-		return nil, errors.New("gateway: no model to serve")
+// modelTable maps model names to their versions, oldest first; it is replaced, never changed.
+type modelTable struct {
+	byName map[string][]*model
+	first  string // the default model of /predict/
+}
+
+// New builds a server with no model; it reports ready once a model is added.
+func New(opts Options) (*Server, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
-	if log == nil {
-		log = slog.Default()
+	if opts.Log == nil {
+		opts.Log = slog.Default()
 	}
 	s := &Server{
-		cfg:     cfg,
-		models:  make(map[string]*model, len(specs)),
-		metrics: metrics.NewSet(),
-		decode:  make(chan struct{}, max(cfg.DecodeWorkers, 1)),
-		log:     log,
-		gone:    newGoneWatcher(5 * time.Millisecond),
+		opts:       opts,
+		log:        opts.Log,
+		met:        newMetricsRegistry(),
+		mem:        newBudget(opts.MaxInflightBytes),
+		gone:       newGoneWatcher(5 * time.Millisecond),
+		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 	}
-	s.notFound = newRequestMetrics(s.metrics, "_unknown")
-	for _, spec := range specs {
-		m, err := newModel(spec, s.metrics)
-		if err != nil {
-			s.closeModels(context.Background())
-			s.gone.close()
-			return nil, err
+	s.abort, s.abortFn = context.WithCancelCause(context.Background())
+	s.gate = newDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
+	s.conns = newConnTracker(opts.MaxConnections, s.met)
+	s.models.Store(&modelTable{byName: map[string][]*model{}})
+	s.registerServerMetrics()
+	overflow := overflowConns(opts.MaxConnections)
+	s.srv = &fasthttp.Server{
+		Handler:      s.handle,
+		ErrorHandler: s.handleParseError,
+		Name:         "imagegate",
+		// Bodies are streamed: the pipeline reads them into budgeted memory as they arrive
+		// (fasthttp would otherwise allocate a declared length up front). The limit here is
+		// checked again by the pipeline, which answers 413 itself.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: int(opts.MaxBodyBytes),
+		ReadTimeout:        opts.ReadTimeout,
+		WriteTimeout:       opts.WriteTimeout,
+		IdleTimeout:        opts.IdleTimeout,
+		// Connections are limited by the listener (idle ones are closed first at the limit);
+		// fasthttp's own limit, which answers with a plain-text page, is never reached.
+		Concurrency:     opts.MaxConnections + overflow + 64,
+		ConnState:       s.conns.state,
+		CloseOnShutdown: true,
+		// Multipart bodies are refused (415); fasthttp must not parse them first.
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               readBufferSize,
+		// fasthttp's error values must not quote request bytes (they reach no response or
+		// log line of ours anyway).
+		SecureErrorLogMessage: true,
+		Logger:                &httpLogger{log: s.log},
+	}
+	return s, nil
+}
+
+// AddModel loads a model version and starts serving it. The first model added is the default
+// of /predict/.
+func (s *Server) AddModel(o ModelOptions) error {
+	if o.Name == "" {
+		return errors.New("gateway: a model needs a name")
+	}
+	if strings.HasSuffix(o.Name, tensorSuffix) {
+		return fmt.Errorf("gateway: model name %q: the suffix %s names a model's tensor interface", o.Name, tensorSuffix)
+	}
+	m, err := newModel(o, s.met)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.models.Load()
+	for _, v := range old.byName[m.name] {
+		if v.version == m.version {
+			m.close(context.Background(), s.met)
+			return fmt.Errorf("gateway: model %s version %s is already served", m.name, m.version)
 		}
-		s.models[m.name] = m
-		s.order = append(s.order, m)
 	}
-	s.defModel = s.order[0]
-	s.metrics.NewGauge("gateway_decode_workers", func() float64 { return float64(cap(s.decode)) })
-	s.metrics.NewGauge("gateway_decode_busy", func() float64 { return float64(len(s.decode)) })
-	s.metrics.NewGauge("gateway_ready", func() float64 {
+	t := &modelTable{byName: make(map[string][]*model, len(old.byName)+1), first: old.first}
+	for k, v := range old.byName {
+		t.byName[k] = v
+	}
+	vs := append(slices.Clone(old.byName[m.name]), m)
+	slices.SortFunc(vs, func(a, b *model) int {
+		if versionLess(a.version, b.version) {
+			return -1
+		}
+		return 1
+	})
+	t.byName[m.name] = vs
+	if t.first == "" {
+		t.first = m.name
+	}
+	s.models.Store(t)
+	s.ready.Store(!s.draining.Load())
+	return nil
+}
+
+// lookup returns a model version counted as in use (release it with done): the newest version
+// when version is empty.
+func (s *Server) lookup(name, version string) (*model, error) {
+	for range 3 { // a model closing under a concurrent swap is looked up again
+		vs := s.models.Load().byName[name]
+		if len(vs) == 0 {
+			return nil, fmt.Errorf("%w: unknown model %q", errNotFound, truncate(name, 100))
+		}
+		m := vs[len(vs)-1]
+		if version != "" {
+			m = nil
+			for _, v := range vs {
+				if v.version == version {
+					m = v
+				}
+			}
+			if m == nil {
+				return nil, fmt.Errorf("%w: model %q has no version %q (versions: %s)", errNotFound, truncate(name, 100),
+					truncate(version, 40), strings.Join(s.versions(name), ", "))
+			}
+		}
+		if m.acquire() {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: model %q is being unloaded", errNotFound, truncate(name, 100))
+}
+
+// versions lists a model's versions, oldest first.
+func (s *Server) versions(name string) []string {
+	var out []string
+	for _, m := range s.models.Load().byName[name] {
+		out = append(out, m.version)
+	}
+	return out
+}
+
+func (s *Server) registerServerMetrics() {
+	set := s.met.set
+	set.NewGauge("gateway_decode_workers", func() float64 { return float64(s.opts.DecodeWorkers) })
+	set.NewGauge("gateway_decode_queue_capacity", func() float64 { return float64(s.opts.DecodeQueue) })
+	set.NewGauge("gateway_decode_busy", func() float64 { _, b := s.gate.stats(); return float64(b) })
+	set.NewGauge("gateway_decode_waiting", func() float64 { w, _ := s.gate.stats(); return float64(w) })
+	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.mem.used.Load()) })
+	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.mem.limit) })
+	set.NewGauge("gateway_inflight_requests", func() float64 { return float64(s.inflight.Load()) })
+	set.NewGauge("gateway_ready", func() float64 {
 		if s.ready.Load() {
 			return 1
 		}
 		return 0
 	})
-	s.srv = &fasthttp.Server{
-		Handler:            s.handle,
-		ErrorHandler:       s.handleParseError,
-		Name:               "imagegate",
-		MaxRequestBodySize: int(cfg.MaxBodyBytes),
-		ReadTimeout:        cfg.ReadTimeout.D(),
-		WriteTimeout:       cfg.WriteTimeout.D(),
-		IdleTimeout:        cfg.IdleTimeout.D(),
-		Concurrency:        cfg.MaxConnections,
-		CloseOnShutdown:    true,
-		// Multipart bodies are refused (415); fasthttp must not parse them first.
-		DisablePreParseMultipartForm: true,
-		ReadBufferSize:               16 << 10,
-	}
-	s.ready.Store(true)
-	return s, nil
+	set.NewGauge(fmt.Sprintf(`gateway_build_info{version=%q}`, Version), func() float64 { return 1 })
+}
+
+// WriteMetrics writes the server's metrics in Prometheus text format, then the process's.
+func (s *Server) WriteMetrics(w *bytes.Buffer) {
+	s.met.write(w)
+	metrics.WriteProcessMetrics(w)
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(ln)
+	return s.srv.Serve(s.conns.listen(ln, s.retryAfter))
 }
 
-// Shutdown drains the server: it stops accepting connections and reporting ready, waits for
-// every accepted request to be answered (their batches run to completion), then stops the
-// batchers. It returns ctx.Err() if ctx ends first; requests still queued are then answered
-// with an error.
+// Shutdown drains the server. Readiness turns 503 at once and every response carries
+// Connection: close; connections are still accepted and served for Options.DrainDelay (load
+// balancers stop sending meanwhile); then the listener closes (connections already in its
+// backlog are still accepted and served) and Shutdown waits for every request in flight to be
+// answered. If ctx ends first, the requests still waiting are answered 503 draining with
+// Retry-After (queued ones are dropped, batches already running finish) and Shutdown waits
+// for those answers too. It returns nil once every accepted request was answered, and stops
+// the models' batchers.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.ready.Store(false)
 	s.draining.Store(true)
-	errHTTP := s.srv.ShutdownWithContext(ctx)
-	errModels := s.closeModels(ctx)
+	s.ready.Store(false)
+	if d := s.opts.DrainDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- s.srv.ShutdownWithContext(context.WithoutCancel(ctx)) }()
+	var errs []error
+	if !s.waitIdle(ctx) {
+		// Out of time: answer everyone still waiting (503 draining), then wait for those answers.
+		s.aborted.Store(true)
+		s.abortFn(errDraining)
+		expired, cancel := context.WithCancel(context.Background())
+		cancel()
+		s.closeModels(expired) // queued samples are answered batcher.ErrClosed
+		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
+		defer cancel()
+		if !s.waitIdle(grace) {
+			errs = append(errs, fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace))
+		}
+	}
+	// The answers are written; the connections close after them.
+	select {
+	case err := <-httpDone:
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			errs = append(errs, err)
+		}
+	case <-time.After(connCloseGrace):
+		// connections that stay open (a client reading slowly) do not hold up the exit
+	}
+	if err := s.closeModels(context.Background()); err != nil {
+		errs = append(errs, err)
+	}
 	s.gone.close()
-	return errors.Join(errHTTP, errModels)
+	return errors.Join(errs...)
 }
 
+const (
+	// abortGrace bounds the wait for the 503s written after shutdown_timeout.
+	abortGrace = 5 * time.Second
+	// connCloseGrace bounds the wait for connections to close once every request is answered.
+	connCloseGrace = 2 * time.Second
+)
+
+// waitIdle waits until no inference request is in flight and reports whether that happened
+// before ctx ended.
+func (s *Server) waitIdle(ctx context.Context) bool {
+	for {
+		s.inflightMu.Lock()
+		if s.inflight.Load() == 0 {
+			s.inflightMu.Unlock()
+			return true
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle := s.idle
+		s.inflightMu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return s.inflight.Load() == 0
+		case <-time.After(50 * time.Millisecond):
+			// requests still reading their headers start after this check
+		}
+	}
+}
+
+// inflightDone wakes waitIdle when the last request in flight finished.
+func (s *Server) inflightDone() {
+	if !s.draining.Load() {
+		return
+	}
+	s.inflightMu.Lock()
+	if s.inflight.Load() == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+	s.inflightMu.Unlock()
+}
+
+// closeModels closes every model (see model.close).
 func (s *Server) closeModels(ctx context.Context) error {
 	var errs []error
-	for _, m := range s.order {
-		if err := m.batcher.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("model %s: %w", m.name, err))
+	for _, vs := range s.models.Load().byName {
+		for _, m := range vs {
+			if err := m.close(ctx, s.met); err != nil && ctx.Err() == nil {
+				errs = append(errs, fmt.Errorf("model %s version %s: %w", m.name, m.version, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// WriteMetrics writes the server's metrics in Prometheus text format.
-func (s *Server) WriteMetrics(w *bytes.Buffer) {
-	s.metrics.WritePrometheus(w)
-	metrics.WriteProcessMetrics(w)
-}
-
-var (
-	strPOST = []byte("POST")
-	strGET  = []byte("GET")
-	strHEAD = []byte("HEAD")
-)
-
+// handle routes a request.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	path := ctx.Path()
-	method := ctx.Method()
-	isGet := bytes.Equal(method, strGET) || bytes.Equal(method, strHEAD)
+	if s.draining.Load() {
+		ctx.SetConnectionClose()
+	}
+	path := string(ctx.Path())
+	if c, ok := ctx.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
+		// Over server.max_connections with no idle connection to close: only health and
+		// metrics are served on this connection.
+		s.met.refusals[refuseConnections].Inc()
+		ctx.SetConnectionClose()
+		ctx.Response.Header.Set("Retry-After", s.retryAfter)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf("the server has %d connections open (server.max_connections); try again", s.opts.MaxConnections))
+		return
+	}
 	switch {
-	case bytes.Equal(path, []byte("/predict/")) || bytes.Equal(path, []byte("/predict")):
-		if !bytes.Equal(method, strPOST) {
+	case path == "/predict/" || path == "/predict":
+		if !ctx.IsPost() {
 			s.methodNotAllowed(ctx, "POST")
 			return
 		}
-		s.predict(ctx, s.defModel)
-	case bytes.HasPrefix(path, []byte("/models/")):
-		rest := path[len("/models/"):]
-		name, tail, _ := bytes.Cut(rest, []byte("/"))
-		m := s.models[string(name)]
-		if m == nil {
-			s.notFound.observe(fasthttp.StatusNotFound, 0)
-			writeError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("unknown model %q", truncate(string(name), 100)))
+		m, err := s.lookup(s.models.Load().first, "")
+		if err != nil {
+			writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is loaded")
 			return
 		}
-		switch string(tail) {
+		defer m.done()
+		s.serveInference(ctx, m, predictAPI{})
+	case strings.HasPrefix(path, "/models/"):
+		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
+		m, err := s.lookup(name, "")
+		if err != nil {
+			s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
+			writeError(ctx, fasthttp.StatusNotFound, err.Error())
+			return
+		}
+		defer m.done()
+		switch tail {
 		case "predict", "predict/":
-			if !bytes.Equal(method, strPOST) {
+			if !ctx.IsPost() {
+				m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
 				s.methodNotAllowed(ctx, "POST")
 				return
 			}
-			s.predict(ctx, m)
+			s.serveInference(ctx, m, predictAPI{})
 		case "":
-			if !isGet {
+			if !ctx.IsGet() && !ctx.IsHead() {
 				s.methodNotAllowed(ctx, "GET")
 				return
 			}
-			s.modelMetadata(ctx, m)
+			s.modelMetadata(ctx, m, false)
 		default:
-			writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(string(path), 100))
+			s.notFound(ctx, path)
 		}
-	case bytes.HasPrefix(path, []byte("/v2")):
-		s.handleV2(ctx, path, method)
-	case bytes.Equal(path, []byte("/")):
-		if !isGet {
+	case strings.HasPrefix(path, "/v2"):
+		s.handleV2(ctx, path)
+	case path == "/":
+		if !ctx.IsGet() && !ctx.IsHead() {
 			s.methodNotAllowed(ctx, "GET")
 			return
 		}
 		if s.draining.Load() {
-			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-			writeJSONRaw(ctx, `{"status":"draining","message":"Go ONNX gateway is shutting down."}`)
+			writeJSONRaw(ctx, fasthttp.StatusServiceUnavailable, `{"status":"draining","message":"The gateway is shutting down."}`)
 			return
 		}
-		writeJSONRaw(ctx, `{"status":"healthy","message":"Go ONNX gateway is running."}`)
-	case bytes.Equal(path, []byte("/metrics")):
+		writeJSONRaw(ctx, 200, `{"status":"healthy","message":"The gateway is running."}`)
+	case path == "/metrics":
 		var buf bytes.Buffer
 		s.WriteMetrics(&buf)
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		ctx.SetBody(buf.Bytes())
 	default:
-		writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(string(path), 100))
+		s.notFound(ctx, path)
 	}
 }
 
-func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body is larger than server.max_body_bytes (%d bytes)", s.cfg.MaxBodyBytes))
-		return
-	}
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request")
-		return
-	}
-	writeError(ctx, fasthttp.StatusBadRequest, "cannot parse the HTTP request: "+err.Error())
+// isHealthPath: the paths served even over the connection limit.
+func isHealthPath(p string) bool {
+	return p == "/" || p == "/metrics" || strings.HasPrefix(p, "/v2/health/") || strings.HasSuffix(p, "/ready")
+}
+
+func (s *Server) notFound(ctx *fasthttp.RequestCtx, path string) {
+	writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(path, 100))
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
@@ -233,216 +407,49 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	writeError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed; use "+allow)
 }
 
-// predictOptions are read from the query string and headers.
-type predictOptions struct {
-	topK     int
-	timeout  time.Duration
-	priority int
-}
-
-func (s *Server) parsePredictOptions(ctx *fasthttp.RequestCtx, m *model) (predictOptions, error) {
-	o := predictOptions{timeout: m.defaultTimeout}
-	args := ctx.QueryArgs()
-	if v := args.Peek("top_k"); v != nil {
-		k, err := strconv.Atoi(string(v))
-		if err != nil || k < 0 {
-			return o, bodyErr("top_k must be a non-negative integer, got %q", truncate(string(v), 20))
-		}
-		o.topK = min(k, len(m.labels))
-	}
-	tv := ctx.Request.Header.Peek("X-Request-Timeout")
-	if tv == nil {
-		tv = args.Peek("timeout")
-	}
-	if tv != nil {
-		ms, err := strconv.ParseFloat(string(tv), 64)
-		if err != nil || !(ms > 0 && ms <= 1e9) { // also refuses NaN
-			return o, bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
-		}
-		if d := time.Duration(ms * float64(time.Millisecond)); d < o.timeout {
-			o.timeout = d
-		}
-	}
-	pv := ctx.Request.Header.Peek("X-Request-Priority")
-	if pv == nil {
-		pv = args.Peek("priority")
-	}
-	if pv != nil {
-		p, err := strconv.Atoi(string(pv))
-		if err != nil || p < 0 {
-			return o, bodyErr("priority must be a non-negative integer, got %q", truncate(string(pv), 20))
-		}
-		o.priority = p
-	}
-	return o, nil
-}
-
-// imageBytes returns the encoded image of a predict request: the body itself for image or
-// octet-stream bodies, the decoded "image" field for JSON bodies. The result aliases j's
-// buffers or the request body; it is valid until the handler returns.
-func imageBytes(ctx *fasthttp.RequestCtx, j *job) ([]byte, error) {
-	ct := ctx.Request.Header.ContentType()
-	if i := bytes.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	ct = bytes.TrimSpace(ct)
-	body := ctx.Request.Body()
+// handleParseError answers a request that could not be read or parsed. Its answers are ours
+// (JSON, the right status) and never repeat request bytes: fasthttp's own page for some of
+// these errors quotes the raw header block, credentials included. Nothing of err's text
+// reaches the response or the log.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
 	switch {
-	case len(ct) == 0 && len(body) > 0 && (body[0] == '{' || body[0] == ' ' || body[0] == '\n'),
-		bytes.EqualFold(ct, []byte("application/json")):
-		img, scratch, err := DecodeJSONImage(body, j.img, j.scratch)
-		j.scratch = scratch
-		if err != nil {
-			return nil, err
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body is larger than server.max_body_bytes (%d bytes)", s.opts.MaxBodyBytes))
+	case errors.As(err, &small):
+		if c, ok := ctx.Conn().(*conn); ok && !c.lineDone {
+			writeError(ctx, fasthttp.StatusRequestURITooLong,
+				fmt.Sprintf("the request line (method, URI, version) is longer than the %d-byte header limit", readBufferSize))
+		} else {
+			writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge,
+				fmt.Sprintf("the request's header block is larger than %d bytes", readBufferSize))
 		}
-		j.img = img
-		return img, nil
-	case bytes.HasPrefix(ct, []byte("image/")), bytes.EqualFold(ct, []byte("application/octet-stream")), len(ct) == 0:
-		if len(body) == 0 {
-			return nil, bodyErr("the request body is empty")
-		}
-		return body, nil
+	case errors.As(err, &ne) && ne.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request (server.read_timeout)")
 	default:
-		return nil, fmt.Errorf("%w: Content-Type %q is not supported; send application/json "+
-			"{\"image\": \"<base64>\"}, image/jpeg, image/png, image/webp or application/octet-stream",
-			errUnsupportedMedia, truncate(string(ct), 60))
+		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
 	}
 }
 
-var errUnsupportedMedia = errors.New("gateway: unsupported media type")
+// readBufferSize bounds a request's header block, request line included.
+const readBufferSize = 16 << 10
 
-func (s *Server) predict(ctx *fasthttp.RequestCtx, m *model) {
-	start := time.Now()
-	status, err := s.runPredict(ctx, m, start)
-	if err != nil {
-		status = s.writeFailure(ctx, err)
-	}
-	m.req.observe(status, time.Since(start))
+// httpLogger receives fasthttp's own log lines. Their arguments can quote request bytes (the
+// header block of a malformed request, with its credentials), so only the constant message is
+// logged, through slog, at most once a second.
+type httpLogger struct {
+	log  *slog.Logger
+	last atomic.Int64 // unix nanoseconds of the last line logged
 }
 
-func (s *Server) runPredict(ctx *fasthttp.RequestCtx, m *model, start time.Time) (int, error) {
-	opts, err := s.parsePredictOptions(ctx, m)
-	if err != nil {
-		return 0, err
+func (l *httpLogger) Printf(format string, _ ...any) {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
+		return
 	}
-	j := m.getJob()
-	defer m.putJob(j)
-	img, err := imageBytes(ctx, j)
-	if err != nil {
-		return 0, err
-	}
-	// fasthttp's RequestCtx is not a per-request context (its Done fires only at server
-	// shutdown), so the request's context is built here: its deadline, and a cancellation
-	// when the client closes its connection while the request waits.
-	rctx, cancel := context.WithDeadline(context.Background(), start.Add(opts.timeout))
-	defer cancel()
-	release := s.gone.watch(ctx.Conn(), cancel)
-	defer release()
-	if err := s.preprocess(rctx, m, img, j); err != nil {
-		return 0, err
-	}
-	if _, err = m.batcher.Submit(rctx, j, batcher.SubmitOptions{Priority: opts.priority}); err != nil {
-		return 0, err
-	}
-	j.buf = appendPrediction(j.buf[:0], m, j.scores, opts.topK)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(j.buf)
-	return fasthttp.StatusOK, nil
+	msg, _, _ := strings.Cut(format, "%")
+	l.log.Warn("http server: "+strings.TrimSpace(strings.TrimRight(msg, " :\"")), "detail", "arguments withheld: they may quote request bytes")
 }
-
-// preprocess decodes img into j's slot on the decode pool. It gives up without decoding when
-// ctx ends while it waits for a decode worker, and refuses at once (queue full) when the
-// model's queue is full, so that CPU is not spent on requests that cannot be queued.
-func (s *Server) preprocess(ctx context.Context, m *model, img []byte, j *job) error {
-	if m.batcher.QueueLen() >= m.batcher.QueueCap() {
-		return batcher.ErrQueueFull
-	}
-	select {
-	case s.decode <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := ctx.Err(); err != nil {
-		<-s.decode
-		return err
-	}
-	t := time.Now()
-	var err error
-	if m.uint8Input {
-		err = m.pre.ProcessUint8(img, j.slotU8)
-	} else {
-		err = m.pre.Process(img, j.slot)
-	}
-	m.preprocessDur.UpdateDuration(t)
-	<-s.decode
-	return err
-}
-
-// statusOf maps an error to its HTTP status and failure reason; it is the one place that does.
-func (s *Server) statusOf(err error) (int, string) {
-	switch {
-	case errors.Is(err, errBody):
-		return fasthttp.StatusBadRequest, reasonBadInput
-	case errors.Is(err, errUnsupportedMedia), errors.Is(err, preprocess.ErrUnsupportedFormat):
-		return fasthttp.StatusUnsupportedMediaType, reasonBadInput
-	case errors.Is(err, preprocess.ErrTooLarge):
-		return fasthttp.StatusRequestEntityTooLarge, reasonBadInput
-	case errors.Is(err, preprocess.ErrBadImage):
-		return fasthttp.StatusBadRequest, reasonBadInput
-	case errors.Is(err, batcher.ErrQueueFull):
-		return s.cfg.QueueFullStatus, reasonRejected
-	case errors.Is(err, batcher.ErrWouldMissDeadline), errors.Is(err, batcher.ErrClosed):
-		return fasthttp.StatusServiceUnavailable, reasonRejected
-	case errors.Is(err, context.DeadlineExceeded):
-		return fasthttp.StatusGatewayTimeout, reasonTimeout
-	case errors.Is(err, context.Canceled):
-		return statusClientClosed, reasonCancelled
-	}
-	return fasthttp.StatusInternalServerError, reasonInternal
-}
-
-// statusClientClosed is nginx's 499: the client went away before the answer.
-const statusClientClosed = 499
-
-func (s *Server) writeFailure(ctx *fasthttp.RequestCtx, err error) int {
-	status, reason := s.statusOf(err)
-	msg := err.Error()
-	switch reason {
-	case reasonRejected:
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.RetryAfter.D().Round(time.Second)/time.Second))))
-	case reasonInternal:
-		s.log.Error("predict failed", "err", err)
-		msg = "internal error: " + msg
-	case reasonTimeout:
-		msg = "the request's deadline passed before it could be answered (timeout or batching.default_timeout)"
-	}
-	writeError(ctx, status, msg)
-	return status
-}
-
-func writeJSONRaw(ctx *fasthttp.RequestCtx, body string) {
-	ctx.SetContentType("application/json")
-	ctx.SetBodyString(body)
-}
-
-func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	b := []byte(`{"error":`)
-	b = appendJSONString(b, strings.ToValidUTF8(msg, "\uFFFD"))
-	b = append(b, '}')
-	ctx.SetBody(b)
-}
-
-// job is one request's pooled scratch: the decoded image, the preprocessed input row, the
-// scores and the response buffer.
-type job struct {
-	img     []byte
-	scratch []byte
-	slot    []float32 // float32 models
-	slotU8  []uint8   // uint8 models
-	scores  []float32
-	buf     []byte
-}
-
-const maxPooledBytes = 4 << 20

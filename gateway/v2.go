@@ -1,297 +1,340 @@
 package gateway
 
 import (
-	"bytes"
-	"context"
+	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/imagegate/imagegate/batcher"
 )
 
-// The Open Inference Protocol (KServe v2) over HTTP/JSON:
-//   GET  /v2                        server metadata
-//   GET  /v2/health/live            liveness
-//   GET  /v2/health/ready           readiness (every model loaded, not draining)
-//   GET  /v2/models/{name}          model metadata
-//   GET  /v2/models/{name}/ready    model readiness
-//   POST /v2/models/{name}/infer    inference: one input, either BYTES (encoded images, as
-//                                   base64 strings) or FP32 already preprocessed to the
-//                                   model's input shape [n, ...]; one FP32 output [n, classes].
+// The Open Inference Protocol (KServe v2) over HTTP:
+//
+//	GET  /v2                                  server metadata (name, version, extensions)
+//	GET  /v2/health/live, /v2/health/ready    liveness, readiness
+//	GET  /v2/models/{m}[/versions/{v}]        model metadata
+//	GET  /v2/models/{m}[/versions/{v}]/ready  model readiness
+//	POST /v2/models/{m}[/versions/{v}]/infer  inference
+//
+// Each model is served under two names. {name} is its image interface: one BYTES input of
+// encoded images (JPEG, PNG, WebP, GIF, BMP, TIFF), preprocessed in the gateway; in JSON each
+// element is a base64 string, in binary tensor data the image's raw bytes. It also takes an
+// FP32/UINT8 tensor of the model's input shape, for clients that preprocess. {name}.tensor is
+// its tensor interface: one FP32 (or UINT8) input of the model's shape [-1, ...], already
+// preprocessed, which is what a generic client that sends every listed input (perf_analyzer)
+// can act on. Both list exactly one input.
+//
+// Extensions: binary_tensor_data (requests: Inference-Header-Content-Length, each input's
+// parameters.binary_data_size; responses in binary when the request asks with
+// parameters.binary_data_output or an output's parameters.binary_data), classification (an
+// output's parameters.classification k: a BYTES [n, k] tensor of "<score>:<index>:<label>",
+// best first, the score being the model's raw output as Triton gives it). Request bodies may be
+// gzip- or deflate-encoded. Versions are real: an unknown version is a 404.
 
-// Version is the gateway's version, reported by /v2.
+// Version is the gateway's version, reported by /v2 (set at build time).
 var Version = "dev"
 
-func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path, method []byte) {
-	isGet := bytes.Equal(method, strGET) || bytes.Equal(method, strHEAD)
-	p := string(path)
+// tensorSuffix names a model's tensor interface.
+const tensorSuffix = ".tensor"
+
+// v2Extensions are the protocol extensions the gateway supports.
+var v2Extensions = []string{"binary_tensor_data", "classification"}
+
+func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
+	isGet := ctx.IsGet() || ctx.IsHead()
 	switch {
-	case p == "/v2" || p == "/v2/":
+	case path == "/v2" || path == "/v2/":
 		if !isGet {
 			s.methodNotAllowed(ctx, "GET")
 			return
 		}
-		writeJSON(ctx, 200, map[string]any{"name": "imagegate", "version": Version, "extensions": []string{}})
-	case p == "/v2/health/live":
-		writeJSON(ctx, 200, map[string]any{"live": true})
-	case p == "/v2/health/ready":
-		ready := s.ready.Load()
+		s.writeJSON(ctx, 200, map[string]any{"name": "imagegate", "version": Version, "extensions": v2Extensions})
+	case path == "/v2/health/live":
+		writeJSONRaw(ctx, 200, `{"live":true}`)
+	case path == "/v2/health/ready":
+		if s.ready.Load() {
+			writeJSONRaw(ctx, 200, `{"ready":true}`)
+		} else {
+			writeJSONRaw(ctx, fasthttp.StatusServiceUnavailable, `{"ready":false}`)
+		}
+	case strings.HasPrefix(path, "/v2/models/"):
+		s.handleV2Model(ctx, strings.TrimPrefix(path, "/v2/models/"), isGet)
+	default:
+		s.notFound(ctx, path)
+	}
+}
+
+// handleV2Model serves /v2/models/{name}[/versions/{v}][/ready|/infer].
+func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool) {
+	name, tail, _ := strings.Cut(rest, "/")
+	version := ""
+	if v, ok := strings.CutPrefix(tail, "versions/"); ok {
+		version, tail, _ = strings.Cut(v, "/")
+		if version == "" {
+			s.notFound(ctx, "/v2/models/"+rest)
+			return
+		}
+	}
+	tensorOnly := false
+	if base, ok := strings.CutSuffix(name, tensorSuffix); ok {
+		name, tensorOnly = base, true
+	}
+	m, err := s.lookup(name, version)
+	if err != nil {
+		s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
+		writeError(ctx, fasthttp.StatusNotFound, err.Error())
+		return
+	}
+	defer m.done()
+	switch tail {
+	case "":
+		if !isGet {
+			s.methodNotAllowed(ctx, "GET")
+			return
+		}
+		s.modelMetadata(ctx, m, tensorOnly)
+	case "ready":
+		if !isGet {
+			s.methodNotAllowed(ctx, "GET")
+			return
+		}
+		ready := s.ready.Load() && !m.closing.Load()
 		status := 200
 		if !ready {
 			status = fasthttp.StatusServiceUnavailable
 		}
-		writeJSON(ctx, status, map[string]any{"ready": ready})
-	case strings.HasPrefix(p, "/v2/models/"):
-		rest := strings.TrimPrefix(p, "/v2/models/")
-		name, tail, _ := strings.Cut(rest, "/")
-		if i := strings.Index(tail, "versions/"); i == 0 { // /v2/models/{name}/versions/{v}/...
-			_, tail, _ = strings.Cut(tail[len("versions/"):], "/")
-		}
-		m := s.models[name]
-		if m == nil {
-			s.notFound.observe(fasthttp.StatusNotFound, 0)
-			writeError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("unknown model %q", truncate(name, 100)))
+		s.writeJSON(ctx, status, map[string]any{"name": m.name + map[bool]string{true: tensorSuffix}[tensorOnly], "ready": ready})
+	case "infer":
+		if !ctx.IsPost() {
+			m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+			s.methodNotAllowed(ctx, "POST")
 			return
 		}
-		switch tail {
-		case "":
-			s.modelMetadata(ctx, m)
-		case "ready":
-			ready := s.ready.Load()
-			status := 200
-			if !ready {
-				status = fasthttp.StatusServiceUnavailable
-			}
-			writeJSON(ctx, status, map[string]any{"name": m.name, "ready": ready})
-		case "infer":
-			if !bytes.Equal(method, strPOST) {
-				s.methodNotAllowed(ctx, "POST")
-				return
-			}
-			start := time.Now()
-			status, err := s.infer(ctx, m, start)
-			if err != nil {
-				status = s.writeFailure(ctx, err)
-			}
-			m.req.observe(status, time.Since(start))
-		default:
-			writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(p, 100))
-		}
+		s.serveInference(ctx, m, v2API{tensorOnly: tensorOnly})
 	default:
-		writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(p, 100))
+		s.notFound(ctx, "/v2/models/"+rest)
 	}
 }
 
-type v2Tensor struct {
-	Name       string          `json:"name"`
-	Shape      []int64         `json:"shape"`
-	Datatype   string          `json:"datatype"`
-	Parameters map[string]any  `json:"parameters,omitempty"`
-	Data       json.RawMessage `json:"data,omitempty"`
-}
-
-type v2Request struct {
-	ID         string          `json:"id,omitempty"`
-	Parameters map[string]any  `json:"parameters,omitempty"`
-	Inputs     []v2Tensor      `json:"inputs"`
-	Outputs    []v2RequestedOp `json:"outputs,omitempty"`
-}
-
-type v2RequestedOp struct {
-	Name string `json:"name"`
-}
-
-type v2Output struct {
-	Name     string    `json:"name"`
-	Shape    []int64   `json:"shape"`
-	Datatype string    `json:"datatype"`
-	Data     []float32 `json:"data"`
-}
-
-type v2Response struct {
-	ModelName    string     `json:"model_name"`
-	ModelVersion string     `json:"model_version,omitempty"`
-	ID           string     `json:"id,omitempty"`
-	Outputs      []v2Output `json:"outputs"`
-}
-
-func (s *Server) modelMetadata(ctx *fasthttp.RequestCtx, m *model) {
-	in := []int64{-1, 3, int64(m.cfg.Input.Height), int64(m.cfg.Input.Width)}
-	if m.cfg.Input.Layout == "NHWC" {
-		in = []int64{-1, int64(m.cfg.Input.Height), int64(m.cfg.Input.Width), 3}
+func (s *Server) modelMetadata(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool) {
+	versions := s.versions(m.name)
+	input := map[string]any{"name": m.inputName, "datatype": "BYTES", "shape": []int64{-1},
+		"parameters": map[string]any{
+			"content":         "encoded image: JPEG, PNG, WebP, GIF, BMP or TIFF",
+			"json_encoding":   "base64 string per image (a data: URL prefix is accepted)",
+			"binary_encoding": "the image's raw bytes",
+			"tensor_model":    m.name + tensorSuffix,
+		}}
+	name := m.name
+	if tensorOnly {
+		name += tensorSuffix
+		input = map[string]any{"name": m.inputName, "datatype": m.datatype, "shape": append([]int64{-1}, m.shape...)}
 	}
-	writeJSON(ctx, 200, map[string]any{
-		"name":     m.name,
-		"versions": []string{"1"},
+	s.writeJSON(ctx, 200, map[string]any{
+		"name":     name,
+		"versions": versions,
 		"platform": "onnxruntime_onnx",
-		"inputs": []map[string]any{
-			{"name": m.cfg.Input.Name, "datatype": m.datatype(), "shape": in},
-			{"name": m.cfg.Input.Name, "datatype": "BYTES", "shape": []int64{-1}, "parameters": map[string]any{"content": "encoded image (JPEG, PNG, WebP) as base64"}},
-		},
-		"outputs":         []map[string]any{{"name": m.cfg.Output.Name, "datatype": "FP32", "shape": []int64{-1, int64(m.classes)}}},
-		"labels":          m.labels,
-		"max_batch_size":  m.cfg.Batching.MaxBatchSize,
-		"max_queue_delay": m.cfg.Batching.MaxQueueDelay.String(),
+		"inputs":   []any{input},
+		"outputs":  []any{map[string]any{"name": m.outputName, "datatype": "FP32", "shape": []int64{-1, int64(m.classes)}}},
 	})
 }
 
-func (s *Server) infer(ctx *fasthttp.RequestCtx, m *model, start time.Time) (int, error) {
-	opts, err := s.parsePredictOptions(ctx, m)
+// writeJSON writes v as the JSON body with status.
+func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return 0, err
+		writeError(ctx, 500, "cannot encode the response: "+err.Error())
+		return
 	}
-	var req v2Request
-	if err := json.Unmarshal(ctx.Request.Body(), &req); err != nil {
-		return 0, bodyErr("cannot parse the inference request: %v", err)
-	}
-	if len(req.Inputs) != 1 {
-		return 0, bodyErr("want exactly one input, got %d", len(req.Inputs))
-	}
-	for _, o := range req.Outputs {
-		if o.Name != m.cfg.Output.Name {
-			return 0, bodyErr("unknown output %q (the model has %q)", o.Name, m.cfg.Output.Name)
-		}
-	}
-	in := req.Inputs[0]
-	if in.Name != m.cfg.Input.Name {
-		return 0, bodyErr("unknown input %q (the model has %q)", in.Name, m.cfg.Input.Name)
-	}
-	if len(in.Shape) == 0 || in.Shape[0] < 1 {
-		return 0, bodyErr("input shape %v: want [n, ...] with n >= 1", in.Shape)
-	}
-	n := int(in.Shape[0])
-	if limit := m.maxInferSamples(); n > limit {
-		return 0, bodyErr("input has %d samples; at most %d per request (batching.max_batch_size x runtime.instances)", n, limit)
-	}
-	// Check and decode the data before any per-sample buffer is taken.
-	var (
-		images []string
-		flat   []float32
-		flatU8 []uint8
-		row    = m.rowLen
-	)
-	switch in.Datatype {
-	case "BYTES":
-		if err := json.Unmarshal(in.Data, &images); err != nil {
-			return 0, bodyErr("BYTES input data must be a flat array of base64 strings: %v", err)
-		}
-		if len(images) != n {
-			return 0, bodyErr("input shape says %d samples, data holds %d", n, len(images))
-		}
-	case "FP32", "UINT8":
-		if (in.Datatype == "UINT8") != m.uint8Input {
-			return 0, bodyErr("input datatype %s, the model takes %s (or BYTES: encoded images)", in.Datatype, m.datatype())
-		}
-		want := append([]int64{int64(n)}, metadataShape(m)...)
-		if !equalShape(in.Shape, want) {
-			return 0, bodyErr("%s input shape %v, the model takes %v", in.Datatype, in.Shape, want)
-		}
-		if m.uint8Input {
-			if err := json.Unmarshal(in.Data, &flatU8); err != nil || len(flatU8) != n*row {
-				return 0, bodyErr("UINT8 input data must be a flat array of %d integers 0..255 in row-major order", n*row)
-			}
-			break
-		}
-		if err := json.Unmarshal(in.Data, &flat); err != nil {
-			return 0, bodyErr("FP32 input data must be a flat array of numbers in row-major order: %v", err)
-		}
-		if len(flat) != n*row {
-			return 0, bodyErr("FP32 input has %d values, shape %v needs %d", len(flat), in.Shape, n*row)
-		}
-		for i, v := range flat {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return 0, bodyErr("FP32 input holds NaN or Inf in sample %d", i/row)
-			}
-		}
-	default:
-		return 0, bodyErr("input datatype %q is not supported; send BYTES (encoded images) or %s", in.Datatype, m.datatype())
-	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
 
-	rctx, cancel := context.WithDeadline(context.Background(), start.Add(opts.timeout))
-	defer cancel()
-	jobs := make([]*job, n)
-	for i := range jobs {
-		jobs[i] = m.getJob()
-	}
-	defer func() {
-		for _, j := range jobs {
-			m.putJob(j)
+// v2API is the Open Inference Protocol's inference front end.
+type v2API struct{ tensorOnly bool }
+
+// Limits of an inference request's JSON header.
+const (
+	maxIDBytes   = 256
+	maxNameBytes = 256
+	maxDims      = 8
+	maxOutputs   = 8
+)
+
+// v2State is an inference request as parsed (pooled with the request).
+type v2State struct {
+	id           []byte
+	hasID        bool
+	binaryOutput bool
+	inputs       int
+	in           v2Input
+	outs         []v2Output
+	binaryBody   []byte // the binary part of the body
+}
+
+type v2Input struct {
+	name, datatype []byte
+	shape          [maxDims]int64
+	ndim           int
+	data           []byte // the raw JSON value of "data"
+	binarySize     int64
+	hasBinary      bool
+}
+
+type v2Output struct {
+	name           []byte
+	binary         int8 // -1 unset, 0 false, 1 true
+	classification int
+}
+
+func (v v2State) reset() v2State {
+	return v2State{id: v.id[:0], outs: v.outs[:0], in: v2Input{name: v.in.name[:0], datatype: v.in.datatype[:0]}}
+}
+
+func (a v2API) parse(r *request) error {
+	v := &r.v2
+	body := r.body
+	hdr := body
+	if h := r.fc.Request.Header.Peek("Inference-Header-Content-Length"); h != nil {
+		n, err := strconv.Atoi(string(h))
+		if err != nil || n < 0 || n > len(body) {
+			return bodyErr("Inference-Header-Content-Length is %q; the body has %d bytes", truncate(string(h), 20), len(body))
 		}
-	}()
-	for i, j := range jobs {
-		switch {
-		case images != nil:
-			img, scratch, err := decodeBase64(j.img, j.scratch, []byte(images[i]))
-			j.scratch = scratch
+		hdr, v.binaryBody = body[:n], body[n:]
+	}
+	if err := v.parseHeader(hdr); err != nil {
+		return err
+	}
+	m := r.m
+	in := &v.in
+	if v.inputs != 1 {
+		return bodyErr("the model takes one input (%q), the request has %d", m.inputName, v.inputs)
+	}
+	if string(in.name) != m.inputName {
+		return bodyErr("unknown input %q (the model's input is %q)", truncate(string(in.name), 60), m.inputName)
+	}
+	for _, o := range v.outs {
+		if string(o.name) != m.outputName {
+			return bodyErr("unknown output %q (the model's output is %q)", truncate(string(o.name), 60), m.outputName)
+		}
+		if o.classification < 0 || o.classification > m.classes {
+			return bodyErr("classification must be in 1..%d, got %d", m.classes, o.classification)
+		}
+	}
+	if in.ndim == 0 || in.shape[0] < 1 {
+		return bodyErr("input shape %v: want [n, ...] with n >= 1", in.shape[:in.ndim])
+	}
+	if limit := int64(m.maxBatch * m.instances); in.shape[0] > limit {
+		return bodyErr("input has %d samples; at most %d per request (batching.max_batch_size x runtime.instances)", in.shape[0], limit)
+	}
+	n := int(in.shape[0])
+	// The data: JSON "data", or binary_data_size bytes after the JSON header.
+	if in.hasBinary == (in.data != nil) {
+		return bodyErr("input %q needs exactly one of \"data\" and parameters.binary_data_size", m.inputName)
+	}
+	if in.hasBinary && in.binarySize != int64(len(v.binaryBody)) {
+		return bodyErr("input binary_data_size is %d; %d bytes follow the JSON header", in.binarySize, len(v.binaryBody))
+	}
+	if !in.hasBinary && len(v.binaryBody) > 0 {
+		return bodyErr("%d bytes follow the JSON header but no input has parameters.binary_data_size", len(v.binaryBody))
+	}
+	dt := string(in.datatype)
+	switch {
+	case dt == "BYTES" && !a.tensorOnly:
+		if in.ndim > 2 || in.ndim == 2 && in.shape[1] != 1 {
+			return bodyErr("BYTES input shape %v: want [n] or [n, 1] (one encoded image per element)", in.shape[:in.ndim])
+		}
+		return r.decodeImages(n)
+	case dt == m.datatype:
+		want := append([]int64{int64(n)}, m.shape...)
+		if !equalShape(in.shape[:in.ndim], want) {
+			return bodyErr("%s input shape %v, the model takes %v", dt, in.shape[:in.ndim], want)
+		}
+		samples, err := r.newSamples(n)
+		if err != nil {
+			return err
+		}
+		if in.hasBinary {
+			if want := int64(n) * m.rowBytes(); in.binarySize != want {
+				return bodyErr("binary_data_size is %d; shape %v of %s needs %d bytes", in.binarySize, in.shape[:in.ndim], dt, want)
+			}
+			return samples.tensorBinary(v.binaryBody)
+		}
+		return samples.tensorJSON(in.data)
+	case a.tensorOnly:
+		return bodyErr("input datatype %q: %s%s takes %s of shape %v", truncate(dt, 20), m.name, tensorSuffix, m.datatype, append([]int64{-1}, m.shape...))
+	}
+	return bodyErr("input datatype %q: %s takes BYTES (encoded images) or %s of shape %v", truncate(dt, 20), m.name, m.datatype, append([]int64{-1}, m.shape...))
+}
+
+// decodeImages decodes a BYTES input of n encoded images into n samples. Elements are counted
+// (and, in binary, sized) before any is decoded; each is decoded into the request's one image
+// buffer, so only the body and the rows are held.
+func (r *request) decodeImages(n int) error {
+	in := &r.v2.in
+	var next func() ([]byte, error)
+	if in.hasBinary {
+		raw := r.v2.binaryBody
+		count := 0
+		for p := raw; len(p) > 0; count++ {
+			if len(p) < 4 {
+				return bodyErr("binary BYTES data: element %d has a truncated length", count)
+			}
+			l := binary.LittleEndian.Uint32(p)
+			if uint64(l) > uint64(len(p)-4) {
+				return bodyErr("binary BYTES data: element %d declares %d bytes, %d remain", count, l, len(p)-4)
+			}
+			p = p[4+l:]
+		}
+		if count != n {
+			return bodyErr("BYTES input shape says %d elements, the binary data holds %d", n, count)
+		}
+		next = func() ([]byte, error) {
+			l := binary.LittleEndian.Uint32(raw)
+			e := raw[4 : 4+l]
+			raw = raw[4+l:]
+			return e, nil
+		}
+	} else {
+		strs, err := jsonStrings(in.data, n)
+		if err != nil {
+			return err
+		}
+		next = func() ([]byte, error) {
+			s := strs[0]
+			strs = strs[1:]
+			f, err := stripDataURL(s)
 			if err != nil {
-				return 0, fmt.Errorf("sample %d: %w", i, err)
+				return nil, err
 			}
-			j.img = img
-			if err := s.preprocess(rctx, m, img, j); err != nil {
-				return 0, fmt.Errorf("sample %d: %w", i, err)
+			img, scratch, err := decodeBase64(r.img, r.scratch, f)
+			r.scratch = scratch
+			if err == nil {
+				r.img = img
 			}
-		case flatU8 != nil:
-			copy(j.slotU8, flatU8[i*row:(i+1)*row])
-		default:
-			copy(j.slot, flat[i*row:(i+1)*row])
+			return img, err
 		}
 	}
-
-	// The samples are submitted together so that they can share a batch; the first failure
-	// cancels the others (the request fails as a whole).
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, errs[i] = m.batcher.Submit(rctx, j, batcher.SubmitOptions{Priority: opts.priority}); errs[i] != nil {
-				cancel()
-			}
-		}()
+	if _, err := r.newSamples(n); err != nil {
+		return err
 	}
-	wg.Wait()
-	var firstErr error
-	for _, err := range errs {
-		if err != nil && (firstErr == nil || errors.Is(firstErr, context.Canceled)) {
-			firstErr = err
+	for i := range n {
+		img, err := next()
+		if err == nil {
+			err = r.decodeImage(i, img)
+		}
+		if err != nil {
+			if n > 1 {
+				return fmt.Errorf("element %d: %w", i, err)
+			}
+			return err
 		}
 	}
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	out := make([]float32, 0, n*m.classes)
-	for _, j := range jobs {
-		out = append(out, j.scores...)
-	}
-	return writeJSON(ctx, 200, v2Response{
-		ModelName:    m.name,
-		ModelVersion: "1",
-		ID:           req.ID,
-		Outputs:      []v2Output{{Name: m.cfg.Output.Name, Shape: []int64{int64(n), int64(m.classes)}, Datatype: "FP32", Data: out}},
-	}), nil
-}
-
-// datatype is the model input's Open Inference Protocol datatype.
-func (m *model) datatype() string {
-	if m.uint8Input {
-		return "UINT8"
-	}
-	return "FP32"
-}
-
-func metadataShape(m *model) []int64 {
-	if m.cfg.Input.Layout == "NHWC" {
-		return []int64{int64(m.cfg.Input.Height), int64(m.cfg.Input.Width), 3}
-	}
-	return []int64{3, int64(m.cfg.Input.Height), int64(m.cfg.Input.Width)}
+	return nil
 }
 
 func equalShape(a, b []int64) bool {
@@ -306,16 +349,250 @@ func equalShape(a, b []int64) bool {
 	return true
 }
 
-// writeJSON writes v as the JSON body with status, and returns the status it wrote (500 if v
-// cannot be encoded, e.g. a model output holding NaN or Inf).
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) int {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, 500, "cannot encode the response: "+err.Error())
-		return 500
+// write answers in JSON, or with binary tensor data where the request asked for it.
+func (a v2API) write(r *request) error {
+	v, m := &r.v2, r.m
+	n := r.samples.len()
+	outs := v.outs
+	if len(outs) == 0 {
+		outs = append(outs, v2Output{name: []byte(m.outputName), binary: -1})
 	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
-	return status
+	b := r.out[:0]
+	var bin []byte
+	b = append(b, `{"model_name":`...)
+	b = appendJSONString(b, m.name+map[bool]string{true: tensorSuffix}[a.tensorOnly])
+	b = append(b, `,"model_version":`...)
+	b = appendJSONString(b, m.version)
+	if v.hasID {
+		b = append(b, `,"id":`...)
+		b = appendJSONString(b, string(v.id))
+	}
+	b = append(b, `,"outputs":[`...)
+	for oi, o := range outs {
+		if oi > 0 {
+			b = append(b, ',')
+		}
+		binaryOut := o.binary == 1 || o.binary == -1 && v.binaryOutput
+		b = append(b, `{"name":`...)
+		b = appendJSONString(b, m.outputName)
+		start := len(bin)
+		if k := o.classification; k > 0 {
+			b = append(b, `,"datatype":"BYTES","shape":[`...)
+			b = strconv.AppendInt(b, int64(n), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(k), 10)
+			b = append(b, ']')
+			var data []byte
+			for i := range n {
+				sc := r.samples.scores(i)
+				for _, idx := range topIndices(sc, k) {
+					e := classString(sc[idx], idx, m.labels[idx])
+					if binaryOut {
+						bin = binary.LittleEndian.AppendUint32(bin, uint32(len(e)))
+						bin = append(bin, e...)
+						continue
+					}
+					if len(data) > 0 {
+						data = append(data, ',')
+					}
+					data = appendJSONString(data, e)
+				}
+			}
+			if !binaryOut {
+				b = append(b, `,"data":[`...)
+				b = append(b, data...)
+				b = append(b, ']')
+			}
+		} else {
+			b = append(b, `,"datatype":"FP32","shape":[`...)
+			b = strconv.AppendInt(b, int64(n), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(m.classes), 10)
+			b = append(b, ']')
+			if binaryOut {
+				for i := range n {
+					for _, f := range r.samples.scores(i) {
+						bin = binary.LittleEndian.AppendUint32(bin, math.Float32bits(f))
+					}
+				}
+			} else {
+				b = append(b, `,"data":[`...)
+				for i := range n {
+					for j, f := range r.samples.scores(i) {
+						if i > 0 || j > 0 {
+							b = append(b, ',')
+						}
+						b = appendJSONFloat32(b, f)
+					}
+				}
+				b = append(b, ']')
+			}
+		}
+		if binaryOut {
+			b = append(b, `,"parameters":{"binary_data_size":`...)
+			b = strconv.AppendInt(b, int64(len(bin)-start), 10)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	fc := r.fc
+	if len(bin) > 0 || hasBinaryOutput(outs, v.binaryOutput) {
+		fc.Response.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(b)))
+		fc.SetContentType("application/octet-stream")
+		b = append(b, bin...)
+	} else {
+		fc.SetContentType("application/json")
+	}
+	r.out = b
+	fc.SetBody(b)
+	return nil
+}
+
+func hasBinaryOutput(outs []v2Output, def bool) bool {
+	for _, o := range outs {
+		if o.binary == 1 || o.binary == -1 && def {
+			return true
+		}
+	}
+	return false
+}
+
+// classString is the classification extension's element: the raw output value (as C's %f
+// writes it, as Triton does), the class index and its label.
+func classString(v float32, idx int, label string) string {
+	return strconv.FormatFloat(float64(v), 'f', 6, 32) + ":" + strconv.Itoa(idx) + ":" + label
+}
+
+func appendJSONFloat32(b []byte, f float32) []byte {
+	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, float64(f), 'g', -1, 32)
+}
+
+// parseHeader reads the inference request's JSON header strictly, within its limits: one
+// pass, no value kept but the fields below (the input's "data" as its raw span).
+func (v *v2State) parseHeader(b []byte) error {
+	p := jsonScanner{b: b}
+	return p.object(func(key []byte, esc bool) error {
+		switch {
+		case keyEquals(key, esc, "id"):
+			s, err := p.stringValue(maxIDBytes, "id")
+			if err != nil {
+				return err
+			}
+			v.id, v.hasID = append(v.id[:0], s...), true
+		case keyEquals(key, esc, "parameters"):
+			return p.object(func(k []byte, esc bool) error {
+				if keyEquals(k, esc, "binary_data_output") {
+					b, err := p.boolValue("parameters.binary_data_output")
+					v.binaryOutput = b
+					return err
+				}
+				return p.skipValue(0)
+			}, false)
+		case keyEquals(key, esc, "inputs"):
+			return p.array(func() error {
+				v.inputs++
+				if v.inputs > 1 {
+					return p.skipValue(0) // counted; the model takes one
+				}
+				return v.parseInput(&p)
+			})
+		case keyEquals(key, esc, "outputs"):
+			return p.array(func() error {
+				if len(v.outs) >= maxOutputs {
+					return bodyErr("more than %d outputs requested", maxOutputs)
+				}
+				v.outs = append(v.outs, v2Output{binary: -1})
+				return v.parseOutput(&p, &v.outs[len(v.outs)-1])
+			})
+		default:
+			return p.skipValue(0)
+		}
+		return nil
+	}, true)
+}
+
+func (v *v2State) parseInput(p *jsonScanner) error {
+	in := &v.in
+	return p.object(func(key []byte, esc bool) error {
+		switch {
+		case keyEquals(key, esc, "name"):
+			s, err := p.stringValue(maxNameBytes, "input name")
+			in.name = append(in.name[:0], s...)
+			return err
+		case keyEquals(key, esc, "datatype"):
+			s, err := p.stringValue(16, "datatype")
+			in.datatype = append(in.datatype[:0], s...)
+			return err
+		case keyEquals(key, esc, "shape"):
+			in.ndim = 0
+			return p.array(func() error {
+				if in.ndim == maxDims {
+					return bodyErr("shape has more than %d dimensions", maxDims)
+				}
+				d, err := p.intValue("shape")
+				if err == nil && d < 0 {
+					err = bodyErr("shape dimensions must not be negative, got %d", d)
+				}
+				in.shape[in.ndim] = d
+				in.ndim++
+				return err
+			})
+		case keyEquals(key, esc, "parameters"):
+			return p.object(func(k []byte, esc bool) error {
+				if keyEquals(k, esc, "binary_data_size") {
+					d, err := p.intValue("binary_data_size")
+					if err == nil && d < 0 {
+						err = bodyErr("binary_data_size must not be negative")
+					}
+					in.binarySize, in.hasBinary = d, true
+					return err
+				}
+				return p.skipValue(0)
+			}, false)
+		case keyEquals(key, esc, "data"):
+			start := p.i
+			if err := p.skipValue(0); err != nil {
+				return err
+			}
+			in.data = p.b[start:p.i]
+			return nil
+		}
+		return p.skipValue(0)
+	}, false)
+}
+
+func (v *v2State) parseOutput(p *jsonScanner, o *v2Output) error {
+	return p.object(func(key []byte, esc bool) error {
+		switch {
+		case keyEquals(key, esc, "name"):
+			s, err := p.stringValue(maxNameBytes, "output name")
+			o.name = append(o.name[:0], s...)
+			return err
+		case keyEquals(key, esc, "parameters"):
+			return p.object(func(k []byte, esc bool) error {
+				switch {
+				case keyEquals(k, esc, "binary_data"):
+					b, err := p.boolValue("binary_data")
+					o.binary = 0
+					if b {
+						o.binary = 1
+					}
+					return err
+				case keyEquals(k, esc, "classification"):
+					d, err := p.intValue("classification")
+					if err == nil && (d < 1 || d > math.MaxInt32) {
+						err = bodyErr("classification must be a positive count, got %d", d)
+					}
+					o.classification = int(d)
+					return err
+				}
+				return p.skipValue(0)
+			}, false)
+		}
+		return p.skipValue(0)
+	}, false)
 }

@@ -14,7 +14,16 @@ import (
 // ../shared/seed/rime_5868.json, 1200x727), default options
 // (shorter side 256, crop 224, ImageNet normalization, NCHW float32).
 
-// BenchmarkJPEGDecodeScaled: TurboJPEG header + DCT-scaled decode to RGB.
+// BenchmarkJPEGDecompressorNew: creating and destroying the libjpeg
+// decompressor each image gets (none is reused: see jpeg.go).
+func BenchmarkJPEGDecompressorNew(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		newAndFreeDecompressor()
+	}
+}
+
+// BenchmarkJPEGDecodeScaled: libjpeg header + DCT-scaled decode to RGB.
 func BenchmarkJPEGDecodeScaled(b *testing.B) {
 	data := seedJPEG(b)
 	p := mustNew(b, Options{})

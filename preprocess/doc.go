@@ -4,11 +4,12 @@
 // CenterCrop → ToTensor → Normalize) closely enough that a classifier gives
 // the same answer. It owns format detection by magic bytes, the pixel-count
 // limit checked against the image header before any pixel memory is
-// allocated, JPEG decoding through libjpeg-turbo (cgo, TurboJPEG API) at the
+// allocated, JPEG decoding through libjpeg-turbo (cgo, libjpeg API, one decompressor per
+// image) at the
 // smallest DCT scale that still covers the resize target, a tiny EXIF
 // orientation parser, a PIL-compatible fixed-point bilinear resampler that
 // computes only the pixels surviving the crop, and the float32 (NCHW or
-// NHWC) or uint8 output. Hot-path memory (TurboJPEG handles, pixel and
+// NHWC) or uint8 output. Hot-path memory (pixel and
 // scratch buffers) is pooled; buffers above a size cap are not kept.
 //
 // It must not import other packages of this repository, HTTP, metrics or

@@ -65,7 +65,7 @@ func toSource(img image.Image, s *scratch) source {
 		src.pix, src.stride, src.bpp, src.ch = m.Pix, m.Stride, 4, 3
 		return src
 	case *image.Gray16:
-		s.dec = getBuf(w * h)
+		s.dec = s.buf(w * h)
 		d := *s.dec
 		for y := range h {
 			row := m.Pix[y*m.Stride : y*m.Stride+2*w]
@@ -76,7 +76,7 @@ func toSource(img image.Image, s *scratch) source {
 		src.pix, src.stride, src.bpp, src.ch = d, w, 1, 1
 		return src
 	}
-	s.dec = getBuf(w * h * 3)
+	s.dec = s.buf(w * h * 3)
 	d := *s.dec
 	src.pix, src.stride, src.bpp, src.ch = d, 3*w, 3, 3
 	switch m := img.(type) {

@@ -57,21 +57,18 @@ type top5Entry struct {
 }
 
 type goldenEntry struct {
-	Name   string      `json:"name"`
-	Source string      `json:"source"` // "shared" (../shared/images) or "testdata"
-	Resize int         `json:"resize"`
-	Crop   int         `json:"crop"`
-	Golden string      `json:"golden"`
-	SHA256 string      `json:"sha256"`
-	Top5   []top5Entry `json:"top5,omitempty"`
+	Name   string `json:"name"`
+	Source string `json:"source"` // "shared" (../shared/images) or "testdata"
+	Resize int    `json:"resize"`
+	Crop   int    `json:"crop"`
+	Golden string `json:"golden"`
+	SHA256 string `json:"sha256"`
 }
 
 type goldenDoc struct {
 	Pipeline    string        `json:"pipeline"`
 	Torchvision string        `json:"torchvision"`
 	Pillow      string        `json:"pillow"`
-	Model       string        `json:"model"`
-	Top5By      string        `json:"top5_by"`
 	Images      []goldenEntry `json:"images"`
 }
 

@@ -49,12 +49,28 @@ func putBuf(b *[]byte) {
 	bufPools[classOf(c)].Put(b)
 }
 
-// scratch is the per-call working memory, pooled.
+// scratch is the per-call working memory, pooled. Nothing in it carries
+// meaning from one call to the next: every byte a call reads from dec, rot,
+// tmp, row and acc was written by the same call (the decoders fill the whole
+// buffer or fail, the resampler writes each row before reading it).
 type scratch struct {
 	dec, rot *[]byte // decoded and oriented pixels (size-classed pools)
 	tmp      []uint8 // output of the horizontal pass
 	row      []uint8 // one output row
 	acc      []int32 // vertical accumulators for one output row
+	// fresh: this call uses no pooled memory and no pooled decoder handle
+	// (everything is allocated for it and dropped after); the differential
+	// tests compare it with the pooled path.
+	fresh bool
+}
+
+// buf returns a pixel buffer of length n, pooled unless s is fresh.
+func (s *scratch) buf(n int) *[]byte {
+	if s.fresh {
+		b := make([]byte, n)
+		return &b
+	}
+	return getBuf(n)
 }
 
 // maxScratchKeep bounds the small scratch slices kept in the pool.
@@ -65,6 +81,9 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 func putScratch(s *scratch) {
+	if s.fresh {
+		return
+	}
 	putBuf(s.dec)
 	putBuf(s.rot)
 	s.dec, s.rot = nil, nil

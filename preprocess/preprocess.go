@@ -104,6 +104,10 @@ type Preprocessor struct {
 	// scaled image must cover oversample times the resize target); 1 is
 	// the smallest covering scale. Unexported: for measurements in tests.
 	oversample float64
+	// fresh makes every call allocate its memory and decoder handles
+	// instead of taking pooled ones (tests: the pooled path must give the
+	// same results).
+	fresh bool
 }
 
 // New validates opts, fills in defaults and returns a Preprocessor. Errors
@@ -221,8 +225,13 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 	if len(data) == 0 {
 		return fmt.Errorf("empty body: %w", ErrBadImage)
 	}
-	s := getScratch()
-	defer putScratch(s)
+	var s *scratch
+	if p.fresh {
+		s = &scratch{fresh: true}
+	} else {
+		s = getScratch()
+		defer putScratch(s)
+	}
 	var (
 		src source
 		err error

@@ -44,9 +44,9 @@ func BenchmarkCeiling(b *testing.B) {
 		b.Fatal(err)
 	}
 	workers := runtime.NumCPU()
-	sessions := make([]*ort.Session, workers)
+	sessions := make([]*ort.Session[float32], workers)
 	for i := range sessions {
-		s, err := ort.NewSession(ort.SessionConfig{ModelPath: "../../models/mobilenet_v3_small/model.onnx", InputName: "input",
+		s, err := ort.NewSession[float32](ort.SessionConfig{ModelPath: "../../models/mobilenet_v3_small/model.onnx", InputName: "input",
 			OutputName: "output", InputShape: []int64{3, 224, 224}, MaxBatchSize: 1, IntraOp: 1, InterOp: 1})
 		if err != nil {
 			b.Fatal(err)
@@ -61,7 +61,7 @@ func BenchmarkCeiling(b *testing.B) {
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
-		go func(s *ort.Session) {
+		go func(s *ort.Session[float32]) {
 			defer wg.Done()
 			var img, scratch []byte
 			for next.Add(1) <= int64(b.N) {

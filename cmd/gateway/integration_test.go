@@ -503,7 +503,7 @@ func TestQueueFullAndTimeout(t *testing.T) {
 func TestGracefulDrainAnswersAcceptedRequests(t *testing.T) {
 	shared := sharedDir(t)
 	jpeg, _ := os.ReadFile(filepath.Join(shared, "images", "skimage_coffee.png"))
-	g := startGateway(t, "models:\n"+defaultModelYAML(t, "{max_batch_size: 64, max_queue_delay: 2s}"))
+	g := startGateway(t, "models:\n"+defaultModelYAML(t, "{max_batch_size: 64, max_queue_delay: 10s}"))
 	const n = 12
 	var wg sync.WaitGroup
 	results := make([]answer, n)
@@ -660,7 +660,7 @@ func TestClientGoneIsDroppedBeforeRunning(t *testing.T) {
 	if v := g.metric("gateway_batch_items_total", ""); v != 0 {
 		t.Fatalf("the gone client's request ran: %v items", v)
 	}
-	waitFor(t, func() bool { return g.metric("gateway_request_failures_total", `reason="cancelled"`) == 1 })
+	waitFor(t, func() bool { return g.metric("gateway_request_failures_total", `reason="canceled"`) == 1 })
 }
 
 // NHWC and uint8 inputs, with tiny models that answer each image's per-channel means.

@@ -22,8 +22,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/configs"
 	"github.com/imagegate/imagegate/gateway"
+	"github.com/imagegate/imagegate/preprocess"
 	"github.com/imagegate/imagegate/runtime/ort"
 )
 
@@ -64,29 +66,25 @@ func run(load func(string) (*configs.Config, error), configPath, listen string, 
 	if err := ort.Init(lib); err != nil {
 		return err
 	}
-	specs, closeSessions, err := loadModels(cfg)
+	srv, err := gateway.New(serverOptions(cfg.Server, log))
 	if err != nil {
 		return err
 	}
-	drained := true
-	defer func() {
-		// After a drain that timed out a batch may still be running on a session: the
-		// process is exiting, so the sessions are left to it rather than destroyed under
-		// a running batch.
-		if drained {
-			closeSessions()
-		}
-	}()
 	// The server checks each model against its configuration (labels, preprocessing, input
 	// size), so -check builds it too, without listening.
-	srv, err := gateway.New(cfg.Server, specs, log)
-	if err != nil {
-		return err
+	for _, m := range cfg.Models {
+		mo, err := modelOptions(m)
+		if err == nil {
+			err = srv.AddModel(mo)
+		}
+		if err != nil {
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("model %s (models[].path %s): %w", m.Name, m.Path, err)
+		}
 	}
 	if check {
-		for _, s := range specs {
-			fmt.Printf("ok: model %s (%s): %d labels, %d instance(s), max batch %d\n", s.Config.Name, s.Config.Path,
-				len(s.Labels), len(s.Runners), s.Config.Batching.MaxBatchSize)
+		for _, m := range cfg.Models {
+			fmt.Printf("ok: model %s (%s): %d instance(s), max batch %d\n", m.Name, m.Path, m.Runtime.Instances, m.Batching.MaxBatchSize)
 		}
 		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", configPath, ort.Version(), lib)
 		return srv.Shutdown(context.Background())
@@ -98,14 +96,14 @@ func run(load func(string) (*configs.Config, error), configPath, listen string, 
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "models", len(specs), "onnxruntime", ort.Version(),
+	log.Info("serving", "addr", ln.Addr().String(), "models", len(cfg.Models), "onnxruntime", ort.Version(),
 		"startup", time.Since(start).Round(time.Millisecond))
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case s := <-sig:
-		log.Info("draining", "signal", s.String())
+		log.Info("draining", "signal", s.String(), "drain_delay", cfg.Server.DrainDelay.D(), "shutdown_timeout", cfg.Server.ShutdownTimeout.D())
 	case err := <-served:
 		if err != nil {
 			srv.Shutdown(context.Background())
@@ -114,7 +112,9 @@ func run(load func(string) (*configs.Config, error), configPath, listen string, 
 	}
 	signal.Stop(sig)
 	stopStart := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout.D())
+	// shutdown_timeout bounds the wait for requests in flight, after drain_delay; then the
+	// requests still waiting are answered 503 and the server exits once all are answered.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainDelay.D()+cfg.Server.ShutdownTimeout.D())
 	defer cancel()
 	err = srv.Shutdown(ctx)
 	ln.Close() // in case the signal came before Serve took the listener
@@ -123,15 +123,119 @@ func run(load func(string) (*configs.Config, error), configPath, listen string, 
 		if e != nil && !errors.Is(e, net.ErrClosed) {
 			err = errors.Join(err, e)
 		}
-	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
 		err = errors.Join(err, errors.New("the server did not stop serving"))
 	}
-	drained = err == nil
 	log.Info("stopped", "drain", time.Since(stopStart).Round(time.Millisecond), "err", err)
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
 	return nil
+}
+
+// serverOptions translates the YAML server section into the gateway's options.
+func serverOptions(c configs.Server, log *slog.Logger) gateway.Options {
+	return gateway.Options{
+		MaxBodyBytes:     int64(c.MaxBodyBytes),
+		MaxInflightBytes: int64(c.MaxInflightBytes),
+		ReadTimeout:      c.ReadTimeout.D(),
+		WriteTimeout:     c.WriteTimeout.D(),
+		IdleTimeout:      c.IdleTimeout.D(),
+		DrainDelay:       c.DrainDelay.D(),
+		DecodeWorkers:    c.DecodeWorkers,
+		DecodeQueue:      c.DecodeQueue,
+		MaxConnections:   c.MaxConnections,
+		QueueFullStatus:  c.QueueFullStatus,
+		RetryAfter:       c.RetryAfter.D(),
+		Log:              log,
+	}
+}
+
+// modelOptions translates one model's YAML into the gateway's options and creates its ONNX
+// Runtime sessions, one per instance, of the input's element type.
+func modelOptions(m configs.Model) (gateway.ModelOptions, error) {
+	labels, err := configs.LoadLabels(m.Labels)
+	if err != nil {
+		return gateway.ModelOptions{}, fmt.Errorf("labels: %w", err)
+	}
+	po := preprocess.Options{
+		Width: m.Input.Width, Height: m.Input.Height, Resize: m.Preprocess.Resize,
+		Mode: preprocess.Mode(m.Preprocess.Mode), Scale: preprocess.Scale(m.Preprocess.Scale),
+		Layout: preprocess.Layout(m.Input.Layout), MaxPixels: m.Preprocess.MaxPixels, FullDecode: m.Preprocess.FullDecode,
+	}
+	copy(po.Mean[:], m.Preprocess.Mean)
+	copy(po.Std[:], m.Preprocess.Std)
+	bc := batcher.Config{
+		MaxBatchSize:        m.Batching.MaxBatchSize,
+		MaxQueueDelay:       m.Batching.MaxQueueDelay.D(),
+		MaxQueueSize:        m.Batching.MaxQueueSize,
+		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
+		Priorities:          m.Batching.Priorities,
+	}
+	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
+		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}
+		// A run on the CPU provider with one intra-op thread executes on the batch loop's own
+		// thread, whose CPU time is then its true cost (other threads preempting it on a busy
+		// machine would inflate wall time at random).
+		if m.Runtime.IntraOpThreads == 1 && m.Runtime.ExecutionProvider == "cpu" {
+			bc.CostClock = batcher.ThreadCPUClock()
+		}
+	}
+	mo := gateway.ModelOptions{
+		Name: m.Name, Labels: labels, InputName: m.Input.Name, OutputName: m.Output.Name,
+		Preprocess: po, Batching: bc, DefaultTimeout: m.Batching.DefaultTimeout.D(),
+	}
+	elem := m.Input.Type
+	if elem == "" {
+		if elem, err = ort.InputType(m.Path, m.Input.Name); err != nil {
+			return mo, err
+		}
+	}
+	switch elem {
+	case "float32":
+		mo.Runners, mo.Release, err = sessions[float32](m)
+	case "uint8":
+		mo.Runners, mo.Release, err = sessions[uint8](m)
+	default:
+		err = fmt.Errorf("the model's input %q is %s; float32 and uint8 inputs are served", m.Input.Name, elem)
+	}
+	if err != nil && m.Input.Type != "" && errors.Is(err, ort.ErrModel) {
+		err = fmt.Errorf("input.type is %s: %w", m.Input.Type, err)
+	}
+	return mo, err
+}
+
+// sessions creates a model's ONNX Runtime sessions with input elements T.
+func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
+	shape := []int64{3, int64(m.Input.Height), int64(m.Input.Width)}
+	if m.Input.Layout == "NHWC" {
+		shape = []int64{int64(m.Input.Height), int64(m.Input.Width), 3}
+	}
+	var ss []*ort.Session[T]
+	closeAll := func() {
+		for _, s := range ss {
+			s.Close()
+		}
+	}
+	runners := gateway.RunnersOf[T]{}
+	for i := range m.Runtime.Instances {
+		optimized := m.Runtime.OptimizedModelPath
+		if i > 0 {
+			optimized = "" // written once, by the first instance
+		}
+		s, err := ort.NewSession[T](ort.SessionConfig{
+			ModelPath: m.Path, InputName: m.Input.Name, OutputName: m.Output.Name, InputShape: shape,
+			MaxBatchSize: m.Batching.MaxBatchSize, IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
+			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ss = append(ss, s)
+		runners = append(runners, s)
+	}
+	return runners, closeAll, nil
 }
 
 func healthcheck(url string) int {
@@ -147,57 +251,4 @@ func healthcheck(url string) int {
 		return 1
 	}
 	return 0
-}
-
-// loadModels creates every model's sessions (one per instance) and reads its labels.
-func loadModels(cfg *configs.Config) ([]gateway.ModelSpec, func(), error) {
-	var sessions []*ort.Session
-	closeAll := func() {
-		for _, s := range sessions {
-			s.Close()
-		}
-	}
-	var specs []gateway.ModelSpec
-	for _, m := range cfg.Models {
-		labels, err := configs.LoadLabels(m.Labels)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("model %s: labels: %w", m.Name, err)
-		}
-		shape := []int64{3, int64(m.Input.Height), int64(m.Input.Width)}
-		if m.Input.Layout == "NHWC" {
-			shape = []int64{int64(m.Input.Height), int64(m.Input.Width), 3}
-		}
-		spec := gateway.ModelSpec{Config: m, Labels: labels}
-		for i := 0; i < m.Runtime.Instances; i++ {
-			optimized := m.Runtime.OptimizedModelPath
-			if optimized != "" && i > 0 {
-				optimized = "" // written once, by the first instance
-			}
-			s, err := ort.NewSession(ort.SessionConfig{
-				ModelPath:          m.Path,
-				InputName:          m.Input.Name,
-				OutputName:         m.Output.Name,
-				InputShape:         shape,
-				MaxBatchSize:       m.Batching.MaxBatchSize,
-				IntraOp:            m.Runtime.IntraOpThreads,
-				InterOp:            m.Runtime.InterOpThreads,
-				GraphOptimization:  m.Runtime.GraphOptimization,
-				OptimizedModelPath: optimized,
-				Provider:           m.Runtime.ExecutionProvider,
-			})
-			if err != nil {
-				closeAll()
-				return nil, nil, fmt.Errorf("model %s (models[].path %s): %w", m.Name, m.Path, err)
-			}
-			sessions = append(sessions, s)
-			if m.Input.Type != "" && m.Input.Type != s.InputType() {
-				closeAll()
-				return nil, nil, fmt.Errorf("model %s: input.type is %s, the model's input %q is %s", m.Name, m.Input.Type, m.Input.Name, s.InputType())
-			}
-			spec.Runners = append(spec.Runners, s)
-		}
-		specs = append(specs, spec)
-	}
-	return specs, closeAll, nil
 }

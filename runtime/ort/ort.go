@@ -132,12 +132,24 @@ type SessionConfig struct {
 	Provider string
 }
 
-// Session is one ONNX Runtime session with input and output buffers for MaxBatchSize rows.
-// It is not safe for concurrent use. Close releases it.
-type Session struct {
+// Elem is the element type of a served model's input: float32, or uint8 for models that take
+// raw 0..255 pixels.
+type Elem interface{ float32 | uint8 }
+
+// elemName is T's name as TensorInfo.Type spells it.
+func elemName[T Elem]() string {
+	var z T
+	if _, ok := any(z).(uint8); ok {
+		return "uint8"
+	}
+	return "float32"
+}
+
+// Session is one ONNX Runtime session with input and output buffers for MaxBatchSize rows; T is
+// the model input's element type. It is not safe for concurrent use. Close releases it.
+type Session[T Elem] struct {
 	sess     *onnx.DynamicAdvancedSession
-	in       []float32 // float32 models
-	inU8     []uint8   // uint8 models
+	in       []T
 	out      []float32
 	inViews  []onnx.Value // index n-1: the first n rows
 	outViews []*onnx.Tensor[float32]
@@ -151,8 +163,21 @@ type Session struct {
 // ErrModel is returned when a model does not match its configuration.
 var ErrModel = errors.New("ort: model does not match its configuration")
 
-// NewSession checks the model against cfg and creates a session.
-func NewSession(cfg SessionConfig) (*Session, error) {
+// InputType returns the element type ("float32", "uint8", …) of the model's input named name.
+func InputType(path, name string) (string, error) {
+	ins, _, err := Inspect(path)
+	if err != nil {
+		return "", err
+	}
+	in, ok := find(ins, name)
+	if !ok {
+		return "", fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, path, name, ins)
+	}
+	return in.Type, nil
+}
+
+// NewSession checks the model against cfg and T and creates a session.
+func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if cfg.MaxBatchSize < 1 {
 		return nil, fmt.Errorf("ort: max batch size must be positive, got %d", cfg.MaxBatchSize)
 	}
@@ -171,8 +196,8 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	if len(ins) != 1 {
 		return nil, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
 	}
-	if in.Type != "float32" && in.Type != "uint8" {
-		return nil, fmt.Errorf("%w: input %q is %s; float32 and uint8 inputs are served", ErrModel, in.Name, in.Type)
+	if in.Type != elemName[T]() {
+		return nil, fmt.Errorf("%w: input %q is %s, not %s (float32 and uint8 inputs are served)", ErrModel, in.Name, in.Type, elemName[T]())
 	}
 	if out.Type != "float32" {
 		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
@@ -201,7 +226,7 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ort: cannot create a session for %s: %w", cfg.ModelPath, err)
 	}
-	s := &Session{
+	s := &Session[T]{
 		sess:    sess,
 		inShape: append([]int64(nil), cfg.InputShape...),
 		classes: int(out.Shape[1]),
@@ -212,11 +237,7 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	for _, d := range cfg.InputShape {
 		s.rowIn *= int(d)
 	}
-	if in.Type == "uint8" {
-		s.inU8 = make([]uint8, s.rowIn*cfg.MaxBatchSize)
-	} else {
-		s.in = make([]float32, s.rowIn*cfg.MaxBatchSize)
-	}
+	s.in = make([]T, s.rowIn*cfg.MaxBatchSize)
 	s.out = make([]float32, s.classes*cfg.MaxBatchSize)
 	s.inViews = make([]onnx.Value, cfg.MaxBatchSize)
 	s.outViews = make([]*onnx.Tensor[float32], cfg.MaxBatchSize)
@@ -298,54 +319,29 @@ func sessionOptions(cfg SessionConfig) (*onnx.SessionOptions, error) {
 }
 
 // Classes is the number of scores per row.
-func (s *Session) Classes() int { return s.classes }
+func (s *Session[T]) Classes() int { return s.classes }
 
 // RowLen is the number of input values per row.
-func (s *Session) RowLen() int { return s.rowIn }
+func (s *Session[T]) RowLen() int { return s.rowIn }
 
 // MaxBatchSize is the number of rows the buffers hold.
-func (s *Session) MaxBatchSize() int { return len(s.inViews) }
+func (s *Session[T]) MaxBatchSize() int { return len(s.inViews) }
 
-// InputType is the model input's element type: "float32" or "uint8".
-func (s *Session) InputType() string {
-	if s.inU8 != nil {
-		return "uint8"
-	}
-	return "float32"
-}
-
-// Input returns row i of a float32 model's input buffer (nil for a uint8 model), to be filled
-// before Run. The slice is owned by the session and valid until Close.
-func (s *Session) Input(i int) []float32 {
-	if s.in == nil {
-		return nil
-	}
+// Input returns row i of the input buffer, to be filled before Run. The slice is owned by the
+// session and valid until Close.
+func (s *Session[T]) Input(i int) []T {
 	return s.in[i*s.rowIn : (i+1)*s.rowIn]
-}
-
-// InputUint8 returns row i of a uint8 model's input buffer (nil for a float32 model).
-func (s *Session) InputUint8(i int) []uint8 {
-	if s.inU8 == nil {
-		return nil
-	}
-	return s.inU8[i*s.rowIn : (i+1)*s.rowIn]
 }
 
 // Run runs the model on the first n input rows and returns their scores, n rows of Classes()
 // values. The returned slice is owned by the session and overwritten by the next Run.
-func (s *Session) Run(n int) ([]float32, error) {
+func (s *Session[T]) Run(n int) ([]float32, error) {
 	if n < 1 || n > len(s.inViews) {
 		return nil, fmt.Errorf("ort: batch of %d rows, the session holds 1 to %d", n, len(s.inViews))
 	}
 	if s.inViews[n-1] == nil {
 		shape := append(onnx.NewShape(int64(n)), s.inShape...)
-		var in onnx.Value
-		var err error
-		if s.inU8 != nil {
-			in, err = onnx.NewTensor(shape, s.inU8[:n*s.rowIn])
-		} else {
-			in, err = onnx.NewTensor(shape, s.in[:n*s.rowIn])
-		}
+		in, err := onnx.NewTensor(shape, s.in[:n*s.rowIn])
 		if err != nil {
 			return nil, fmt.Errorf("ort: cannot create an input view of %d rows: %w", n, err)
 		}
@@ -363,8 +359,8 @@ func (s *Session) Run(n int) ([]float32, error) {
 	return s.out[:n*s.classes], nil
 }
 
-// Close releases the session and its tensors.
-func (s *Session) Close() error {
+// Close releases the session and its tensors. It may be called more than once.
+func (s *Session[T]) Close() error {
 	for i := range s.inViews {
 		if s.inViews[i] != nil {
 			s.inViews[i].Destroy()

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,9 +26,9 @@ func initORT(t testing.TB) {
 
 const defaultModel = "../../models/mobilenet_v3_small/model.onnx"
 
-func newDefault(t testing.TB, maxBatch int) *Session {
+func newDefault(t testing.TB, maxBatch int) *Session[float32] {
 	t.Helper()
-	s, err := NewSession(SessionConfig{ModelPath: defaultModel, InputName: "input", OutputName: "output",
+	s, err := NewSession[float32](SessionConfig{ModelPath: defaultModel, InputName: "input", OutputName: "output",
 		InputShape: []int64{3, 224, 224}, MaxBatchSize: maxBatch, IntraOp: 1, InterOp: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -101,11 +102,15 @@ func TestModelMismatchErrors(t *testing.T) {
 		"shape":       {InputName: "input", OutputName: "output", InputShape: []int64{3, 224}},
 	} {
 		cfg.ModelPath, cfg.MaxBatchSize = defaultModel, 4
-		if _, err := NewSession(cfg); !errors.Is(err, ErrModel) {
+		if _, err := NewSession[float32](cfg); !errors.Is(err, ErrModel) {
 			t.Errorf("%s: err = %v, want ErrModel", name, err)
 		}
 	}
-	if _, err := NewSession(SessionConfig{ModelPath: "/nonexistent.onnx", InputName: "input", OutputName: "output",
+	if _, err := NewSession[uint8](SessionConfig{ModelPath: defaultModel, InputName: "input", OutputName: "output",
+		InputShape: []int64{3, 224, 224}, MaxBatchSize: 1}); !errors.Is(err, ErrModel) || !strings.Contains(err.Error(), "is float32, not uint8") {
+		t.Errorf("a float32 model as uint8: err = %v", err)
+	}
+	if _, err := NewSession[float32](SessionConfig{ModelPath: "/nonexistent.onnx", InputName: "input", OutputName: "output",
 		InputShape: []int64{3, 224, 224}, MaxBatchSize: 1}); err == nil {
 		t.Error("missing model file accepted")
 	}

@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// connTracker limits and tracks the server's connections (server.max_connections). At the
+// limit, a new connection is admitted by closing the connection that has been idle longest
+// (a keep-alive connection between requests, or a new one that has sent nothing for a
+// second); when none is idle the new connection is an overflow connection: it is served
+// health checks and metrics, and a JSON 503 with Retry-After for anything else, then closed.
+// Overflow connections are bounded too; beyond them a connection gets the JSON 503 at once.
+// So idle clients cannot lock the server out, and health checks always get through.
+type connTracker struct {
+	mu         sync.Mutex
+	max        int
+	open       int // connections admitted within max
+	overflow   int // overflow connections open
+	maxOver    int
+	idle       map[*conn]struct{}
+	closedIdle *metrics.Counter
+	met        *metricsRegistry
+}
+
+// overflowConns is how many overflow connections may be open at once.
+func overflowConns(maxConns int) int { return max(16, maxConns/8) }
+
+func newConnTracker(maxConns int, met *metricsRegistry) *connTracker {
+	t := &connTracker{max: maxConns, maxOver: overflowConns(maxConns), idle: map[*conn]struct{}{}, met: met}
+	set := met.set
+	set.NewGauge("gateway_connections", func() float64 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return float64(t.open + t.overflow)
+	})
+	set.NewGauge("gateway_connections_idle", func() float64 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return float64(len(t.idle))
+	})
+	t.closedIdle = set.NewCounter("gateway_connections_closed_idle_total")
+	return t
+}
+
+// newIdleAfter: a new connection that has sent nothing for this long counts as idle.
+const newIdleAfter = time.Second
+
+// admit places a new connection, closing the longest-idle one at the limit; it reports false
+// when the connection must be refused outright.
+func (t *connTracker) admit(c *conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open < t.max {
+		t.open++
+		c.counted = true
+		t.markIdle(c, time.Now()) // a new connection is idle until its first byte
+		return true
+	}
+	var victim *conn
+	now := time.Now()
+	for o := range t.idle {
+		if now.Sub(o.idleSince) < newIdleAfter && o.requests == 0 {
+			continue // a new connection still about to send its request
+		}
+		if victim == nil || o.idleSince.Before(victim.idleSince) {
+			victim = o
+		}
+	}
+	if victim != nil {
+		delete(t.idle, victim)
+		victim.evicted = true
+		go victim.Conn.Close() // its serving goroutine sees the close and releases it
+		t.closedIdle.Inc()
+		c.counted = true // takes the victim's place: open stays the same
+		t.markIdle(c, now)
+		return true
+	}
+	if t.overflow < t.maxOver {
+		t.overflow++
+		c.overflow = true
+		return true
+	}
+	return false
+}
+
+func (t *connTracker) markIdle(c *conn, now time.Time) {
+	c.idleSince = now
+	t.idle[c] = struct{}{}
+}
+
+// state is fasthttp's ConnState hook.
+func (t *connTracker) state(nc net.Conn, st fasthttp.ConnState) {
+	c, ok := nc.(*conn)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch st {
+	case fasthttp.StateActive:
+		delete(t.idle, c)
+		c.requests++
+	case fasthttp.StateIdle:
+		if !c.evicted && !c.gone {
+			t.markIdle(c, time.Now())
+		}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		if c.gone {
+			return
+		}
+		c.gone = true
+		delete(t.idle, c)
+		switch {
+		case c.overflow:
+			t.overflow--
+		case c.counted && !c.evicted:
+			t.open--
+		}
+	}
+}
+
+// refuse answers a connection beyond every bound with our JSON 503 and closes it.
+func refuse(nc net.Conn, retryAfter string) {
+	body := `{"error":"the server has too many connections open (server.max_connections); try again"}`
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: " + retryAfter +
+		"\r\nConnection: close\r\nContent-Length: " + itoa(len(body)) + "\r\n\r\n" + body))
+	nc.Close()
+}
+
+// listener wraps the server's listener: it admits each connection through the tracker, and
+// on Close it first accepts the connections already waiting in the kernel's backlog (they were
+// accepted by TCP: they are served, not reset).
+type listener struct {
+	net.Listener
+	t          *connTracker
+	retryAfter string
+	mu         sync.Mutex
+	closing    bool
+	closed     bool
+	pending    []net.Conn
+	done       chan struct{} // closed when Close has drained the backlog
+	once       sync.Once
+}
+
+func (t *connTracker) listen(ln net.Listener, retryAfter string) net.Listener {
+	return &listener{Listener: ln, t: t, retryAfter: retryAfter, done: make(chan struct{})}
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	for {
+		l.mu.Lock()
+		if len(l.pending) > 0 {
+			c := l.pending[0]
+			l.pending = l.pending[1:]
+			l.mu.Unlock()
+			if wc := l.wrap(c); wc != nil {
+				return wc, nil
+			}
+			continue
+		}
+		closed, closing := l.closed, l.closing
+		l.mu.Unlock()
+		if closed {
+			return nil, net.ErrClosed
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if closing || l.isClosing() {
+				<-l.done
+				continue // serve what the drain found, then report closed
+			}
+			return nil, err
+		}
+		if wc := l.wrap(c); wc != nil {
+			return wc, nil
+		}
+	}
+}
+
+func (l *listener) isClosing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closing
+}
+
+// wrap admits a connection; nil if it was refused.
+func (l *listener) wrap(nc net.Conn) net.Conn {
+	c := &conn{Conn: nc}
+	if !l.t.admit(c) {
+		l.t.met.refusals[refuseConnections].Inc()
+		go refuse(nc, l.retryAfter)
+		return nil
+	}
+	return c
+}
+
+// Close stops accepting: connections already waiting in the backlog are accepted (and
+// served) first.
+func (l *listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.closing = true
+		l.mu.Unlock()
+		if d, ok := l.Listener.(interface{ SetDeadline(time.Time) error }); ok {
+			d.SetDeadline(time.Now())
+			for {
+				c, e := l.Listener.Accept()
+				if e != nil {
+					break
+				}
+				l.mu.Lock()
+				l.pending = append(l.pending, c)
+				l.mu.Unlock()
+			}
+		}
+		err = l.Listener.Close()
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		close(l.done)
+	})
+	return err
+}
+
+// conn is one client connection as the server sees it. It notes whether the request being
+// read has completed its request line, so that a request whose header block overflows the
+// read buffer is answered 414 (URI too long) when its first line never ended, and 431 (header
+// fields too large) otherwise: fasthttp reports both as the same error and forgets the bytes.
+// The note is reset when a response is written; only the bytes up to the first line feed of
+// a request are scanned. The fields below lineDone belong to the connTracker (under its mu).
+type conn struct {
+	net.Conn
+	lineDone bool // the current request's first line has ended (serving goroutine only)
+
+	idleSince time.Time
+	requests  int
+	counted   bool // within max_connections
+	overflow  bool // over it: health and metrics only
+	evicted   bool // closed by the tracker to make room
+	gone      bool // closed
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if !c.lineDone && n > 0 && bytes.IndexByte(b[:n], '\n') >= 0 {
+		c.lineDone = true
+	}
+	return n, err
+}
+
+func (c *conn) Write(b []byte) (int, error) {
+	c.lineDone = false
+	return c.Conn.Write(b)
+}
+
+// SyscallConn exposes the socket of a TCP connection (for the client-gone watcher); it fails
+// for other connections.
+func (c *conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errNotSocket
+}
+
+var errNotSocket = errors.New("gateway: not a socket")

@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// decodeGate schedules image decodes on the decode workers: the CPU-bound stage where, under
+// overload, requests pile up. It bounds that pile and refuses early:
+//
+//   - DecodeWorkers decodes run at once; DecodeQueue requests may wait; a request that finds
+//     the queue full is refused at once (errOverloaded).
+//   - a request whose deadline cannot be met (its predicted wait for a worker, its decode and
+//     what its model's batcher predicts) is refused on arrival (errShed), and a waiter that
+//     can no longer make it when a worker frees up is dropped instead of decoded: no CPU goes
+//     to a request that would expire before it can run.
+//   - an image's decode memory (its peak, from its header) is taken from the memory budget
+//     before it starts; one that does not fit waits for releases, one larger than the whole
+//     budget is refused (errTooLarge). A heavy image (a huge canvas) may use at most half the
+//     workers, so that ordinary traffic keeps at least half the decode capacity.
+//
+// Waiters are served first come, first served among those that can run. FIFO suffices because
+// admission is deadline-aware: a request is queued only if it is predicted to make its
+// deadline from its place in the queue, and dropped at dispatch if it no longer can. (Serving
+// the newest first, as adaptive LIFO does, would strand the oldest until they are shed late:
+// a slow refusal instead of a fast one.) It is safe for concurrent use.
+type decodeGate struct {
+	mu         sync.Mutex
+	workers    int
+	busy       int
+	heavyMax   int
+	heavy      int
+	maxWait    int
+	head, tail *waiter
+	n          int
+	mem        *budget
+	svc        ewma // decode wall time, ns
+
+	refused, shed, tooLarge uint64 // counters (under mu)
+}
+
+// heavyPixelBytes is the decoded size (width × height × channels × bytes per sample) above
+// which an image is heavy: 48 MiB, a 16-megapixel RGB photo.
+const heavyPixelBytes = 48 << 20
+
+type waiter struct {
+	prev, next *waiter
+	deadline   time.Time
+	cost       int64
+	heavy      bool
+	downstream func() time.Duration // time the request needs after its decode
+	ready      chan error           // capacity 1: nil (a worker is taken) or why it was dropped
+	queued     bool
+}
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan error, 1)} }}
+
+func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
+	g := &decodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
+	g.svc.alpha = 0.1
+	mem.released = g.kick
+	return g
+}
+
+// acquire takes a decode worker and cost bytes of the memory budget for a decode that must be
+// done, with what follows it (downstream), by deadline. It blocks while the request waits in
+// the queue. On success the caller decodes and then calls release.
+func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64, heavy bool, downstream func() time.Duration) error {
+	if cost > g.mem.limit {
+		g.mu.Lock()
+		g.tooLarge++
+		g.mu.Unlock()
+		return errTooLarge
+	}
+	after := downstream()
+	g.mu.Lock()
+	if g.n == 0 && g.tryTake(cost, heavy) {
+		g.mu.Unlock()
+		return nil
+	}
+	if g.n >= g.maxWait {
+		g.refused++
+		g.mu.Unlock()
+		return errOverloaded
+	}
+	svc := g.svc.duration()
+	// Predicted: the decodes ahead spread over the workers, then this one, then downstream.
+	wait := time.Duration(int64(g.n+g.busy) * int64(svc) / int64(g.workers))
+	if time.Now().Add(wait + svc + after).After(deadline) {
+		g.shed++
+		g.mu.Unlock()
+		return errShed
+	}
+	w := waiterPool.Get().(*waiter)
+	w.deadline, w.cost, w.heavy, w.downstream = deadline, cost, heavy, downstream
+	g.push(w)
+	g.mu.Unlock()
+
+	var err error
+	select {
+	case err = <-w.ready:
+	case <-ctx.Done():
+		g.mu.Lock()
+		if w.queued {
+			g.remove(w)
+			g.mu.Unlock()
+			err = ctx.Err()
+			break
+		}
+		g.mu.Unlock()
+		if err = <-w.ready; err == nil {
+			g.release(cost, heavy, 0) // dispatched as the context ended: give the worker back
+		}
+		err = ctx.Err()
+	}
+	w.downstream = nil
+	waiterPool.Put(w)
+	return err
+}
+
+// release gives back a worker and the bytes taken by acquire; took is the decode's duration
+// (0: not measured).
+func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
+	g.mu.Lock()
+	g.busy--
+	if heavy {
+		g.heavy--
+	}
+	if took > 0 {
+		g.svc.observe(float64(took))
+	}
+	g.mu.Unlock()
+	g.mem.release(cost) // calls kick
+}
+
+// kick dispatches waiters after a release of workers or memory.
+func (g *decodeGate) kick() {
+	g.mu.Lock()
+	if g.n > 0 {
+		g.dispatch()
+	}
+	g.mu.Unlock()
+}
+
+// tryTake starts a decode of cost bytes if a worker (a heavy slot for a heavy image) and the
+// memory are free, and reports whether it did. g.mu held.
+func (g *decodeGate) tryTake(cost int64, heavy bool) bool {
+	if g.busy >= g.workers || heavy && g.heavy >= g.heavyMax || !g.mem.reserve(cost) {
+		return false
+	}
+	g.busy++
+	if heavy {
+		g.heavy++
+	}
+	return true
+}
+
+// dispatch starts the waiters that can run, oldest first, and drops those that can no longer
+// make their deadline. g.mu held.
+func (g *decodeGate) dispatch() {
+	now := time.Now()
+	svc := g.svc.duration()
+	for w := g.head; w != nil && g.busy < g.workers; {
+		next := w.next
+		switch {
+		case now.Add(svc + w.downstream()).After(w.deadline):
+			g.remove(w)
+			g.shed++
+			w.ready <- errShed
+		case g.tryTake(w.cost, w.heavy):
+			g.remove(w)
+			w.ready <- nil
+		}
+		// a waiter that cannot run yet (memory, heavy slots) stays; a later, smaller one may
+		w = next
+	}
+}
+
+func (g *decodeGate) push(w *waiter) {
+	w.prev, w.next, w.queued = g.tail, nil, true
+	if g.tail != nil {
+		g.tail.next = w
+	} else {
+		g.head = w
+	}
+	g.tail = w
+	g.n++
+}
+
+func (g *decodeGate) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		g.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		g.tail = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
+	g.n--
+}
+
+// stats returns the queue length and the workers in use.
+func (g *decodeGate) stats() (waiting, busy int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n, g.busy
+}
+
+// predictWait is the predicted time from now until a decode admitted now would finish.
+func (g *decodeGate) predictWait() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	svc := g.svc.duration()
+	return time.Duration(int64(g.n+g.busy)*int64(svc)/int64(g.workers)) + svc
+}
+
+// ewma is an exponentially weighted moving average; zero until the first observation.
+type ewma struct {
+	alpha float64
+	v     float64
+	set   bool
+}
+
+func (e *ewma) observe(x float64) {
+	if !e.set {
+		e.v, e.set = x, true
+		return
+	}
+	e.v += e.alpha * (x - e.v)
+}
+
+func (e *ewma) duration() time.Duration { return time.Duration(e.v) }

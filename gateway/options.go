@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/preprocess"
+)
+
+// Options configures a Server: the HTTP front end and the bounds of the request pipeline.
+// cmd/gateway translates the YAML configuration into it; every field must be set (the
+// configuration's defaults are applied there), except Log.
+type Options struct {
+	// MaxBodyBytes bounds a request body, as received and, with a Content-Encoding, as
+	// decompressed: 413 above it, refused from the declared length before it is read.
+	MaxBodyBytes int64
+	// MaxInflightBytes is the memory budget shared by every request in flight: bodies as
+	// their bytes arrive, decode buffers (each image's peak, known from its header before it
+	// is decoded), input rows. A request that would exceed it is refused at once (503 with
+	// Retry-After); one that could never fit is a 413.
+	MaxInflightBytes int64
+	// ReadTimeout bounds reading a request (headers and body), WriteTimeout writing its
+	// response, IdleTimeout a keep-alive connection's wait for its next request.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// DrainDelay: once Shutdown starts, readiness fails at once but the listener keeps
+	// accepting and serving this long (so load balancers stop sending), then closes.
+	DrainDelay time.Duration
+	// DecodeWorkers images are decoded at once (CPU-bound: about the number of CPUs).
+	DecodeWorkers int
+	// DecodeQueue requests may wait for a decode worker; beyond it requests are refused at
+	// once (503). Requests that could not be decoded and run before their deadline are
+	// refused on arrival and dropped from the queue instead of being decoded.
+	DecodeQueue int
+	// MaxConnections bounds open connections. At the limit the longest-idle keep-alive
+	// connection is closed to admit a new one; when none is idle, a new connection is
+	// served health, metrics and a JSON 503 for anything else, and closed.
+	MaxConnections int
+	// QueueFullStatus (503 or 429) answers a request refused because its model's queue is
+	// full; every refusal carries Retry-After: RetryAfter, in whole seconds (at least 1).
+	QueueFullStatus int
+	RetryAfter      time.Duration
+	// Log receives the server's log lines (nil: slog.Default()).
+	Log *slog.Logger
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	pos := func(name string, v int64) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", name, v))
+		}
+	}
+	pos("MaxBodyBytes", o.MaxBodyBytes)
+	pos("MaxInflightBytes", o.MaxInflightBytes)
+	pos("ReadTimeout", int64(o.ReadTimeout))
+	pos("WriteTimeout", int64(o.WriteTimeout))
+	pos("IdleTimeout", int64(o.IdleTimeout))
+	pos("DecodeWorkers", int64(o.DecodeWorkers))
+	pos("DecodeQueue", int64(o.DecodeQueue))
+	pos("MaxConnections", int64(o.MaxConnections))
+	if o.DrainDelay < 0 || o.RetryAfter < 0 {
+		errs = append(errs, errors.New("DrainDelay and RetryAfter must not be negative"))
+	}
+	if o.QueueFullStatus != 503 && o.QueueFullStatus != 429 {
+		errs = append(errs, fmt.Errorf("QueueFullStatus must be 503 or 429, got %d", o.QueueFullStatus))
+	}
+	if o.MaxBodyBytes > o.MaxInflightBytes {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes (%d) must not exceed MaxInflightBytes (%d)", o.MaxBodyBytes, o.MaxInflightBytes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gateway: invalid options: %w", err)
+	}
+	return nil
+}
+
+// Elem is the element type of a model's input tensor: float32 (normalized values), or uint8
+// for models that take raw 0..255 pixels.
+type Elem interface{ float32 | uint8 }
+
+// Runner runs one instance of a model: a session with input rows to fill and a Run over the
+// first n of them. The gateway calls each Runner from one batch loop only; it need not be
+// safe for concurrent use.
+type Runner[T Elem] interface {
+	// Input returns row i (RowLen values) of the input buffer, to be filled before Run.
+	Input(i int) []T
+	// Run runs the first n rows and returns n*Classes scores, valid until the next Run.
+	Run(n int) ([]float32, error)
+	Classes() int
+	RowLen() int
+	MaxBatchSize() int
+}
+
+// Runners are a model's instances, one batch loop each: a RunnersOf[float32] or a
+// RunnersOf[uint8], the element type of the model's input.
+type Runners interface{ runners() }
+
+// RunnersOf is a list of runners of element type T.
+type RunnersOf[T Elem] []Runner[T]
+
+func (RunnersOf[T]) runners() {}
+
+// ModelOptions configures one served model version.
+type ModelOptions struct {
+	// Name is the model's name in URLs and metric labels; Version its version ("1" if empty).
+	// Requests without a version go to the newest (the highest number).
+	Name, Version string
+	// Labels name the output classes, in index order.
+	Labels []string
+	// InputName and OutputName are the tensor names the Open Inference Protocol shows.
+	InputName, OutputName string
+	// Preprocess turns an encoded image into one input row (its Width, Height and Layout are
+	// the input's shape).
+	Preprocess preprocess.Options
+	// Batching configures the model's batcher (its Instances is the number of runners).
+	Batching batcher.Config
+	// DefaultTimeout is a request's deadline; a request may only shorten it.
+	DefaultTimeout time.Duration
+	// Runners run the model, one batch loop each.
+	Runners Runners
+	// Release, optional, frees the runners once the model is closed and no batch runs.
+	Release func()
+}

@@ -1,0 +1,417 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The request pipeline, shared by every inference front end (the article's /predict, the Open
+// Inference Protocol's /v2/.../infer):
+//
+//	admit → read body (bounded, streamed) → parse (front end) → decode (budgeted) → queue →
+//	batch → answer
+//
+// Each stage has one bound and one fast refusal, and every error goes through classify, the
+// one place that maps errors to a status and a metric reason:
+//
+//   - admit, before a body byte is read: the declared length against server.max_body_bytes
+//     (413); the model's queue (queue_full); the deadline against the predicted wait (shed);
+//     the first bytes of the body against the memory budget (overloaded).
+//   - read body: bytes are taken from the memory budget as they arrive, never as declared;
+//     server.max_body_bytes as received and as decompressed; server.read_timeout (408).
+//   - parse: the front end checks every sample's size against the declared shapes before it
+//     keeps anything, admits the samples on the model's queue and takes their input rows
+//     from the budget.
+//   - decode: the decode gate (see decodeGate): workers, a bounded queue, the image's decode
+//     memory from the budget, deadline-aware admission and dispatch.
+//   - queue, batch: the model's batcher (its queue bound and deadline shedding).
+//   - answer: the front end writes the result; a failure is written by fail.
+//
+// A request's context carries its deadline and is cancelled when its client goes away
+// (cause errClientGone) or when a drain runs out of time (cause errDraining).
+
+// frontEnd is one protocol's view of an inference request.
+type frontEnd interface {
+	// parse turns r.body into samples (r.newSamples) and fills them, decoding images with
+	// r.decodeImage.
+	parse(r *request) error
+	// write writes the successful answer.
+	write(r *request) error
+}
+
+// request is one inference request on its way through the pipeline. It is pooled: reset
+// clears everything a request left, and buffers that grew too large are dropped.
+type request struct {
+	s        *Server
+	fc       *fasthttp.RequestCtx
+	m        *model
+	fe       frontEnd
+	start    time.Time
+	deadline time.Time
+	priority int
+	topK     int
+	rctx     context.Context
+	cancel   context.CancelCauseFunc
+	held     int64 // bytes reserved from the memory budget
+	admitted int   // samples admitted on m
+	body     []byte
+	bodyBuf  []byte // the body as read (pooled)
+	inflated []byte // the body decompressed (pooled)
+	img      []byte // a decoded base64 image (pooled)
+	scratch  []byte
+	out      []byte // the response (pooled)
+	samples  sampleSet
+	v2       v2State
+}
+
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// maxPooledBuffer: a request's buffers above this size are not kept for the next request.
+const maxPooledBuffer = 4 << 20
+
+func (r *request) reset() {
+	keep := func(b []byte) []byte {
+		if cap(b) > maxPooledBuffer {
+			return nil
+		}
+		return b[:0]
+	}
+	*r = request{
+		bodyBuf: keep(r.bodyBuf), inflated: keep(r.inflated), img: keep(r.img), scratch: keep(r.scratch),
+		out: keep(r.out), v2: r.v2.reset(),
+	}
+}
+
+// reserve takes n more bytes of the memory budget for the request.
+func (r *request) reserve(n int64) error {
+	if n > r.s.mem.limit {
+		return fmt.Errorf("%w: %d bytes exceed server.max_inflight_bytes (%d)", errTooLarge, n, r.s.mem.limit)
+	}
+	if !r.s.mem.reserve(n) {
+		r.s.met.refusals[refuseMemory].Inc()
+		return fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
+	}
+	r.held += n
+	return nil
+}
+
+// serveInference runs an inference request for model m through the pipeline.
+func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) {
+	r := requestPool.Get().(*request)
+	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
+	s.inflight.Add(1)
+	err := s.runPipeline(r)
+	status, reason := fasthttp.StatusOK, ""
+	if err != nil {
+		status, reason = s.fail(r, err)
+	}
+	m.met.req.observe(status, reason, time.Since(r.start))
+	if r.samples != nil {
+		r.samples.release()
+	}
+	if r.admitted > 0 {
+		m.unadmit(r.admitted)
+	}
+	if r.cancel != nil {
+		r.cancel(nil)
+	}
+	s.mem.release(r.held)
+	r.reset()
+	requestPool.Put(r)
+	s.inflight.Add(-1)
+	s.inflightDone()
+}
+
+func (s *Server) runPipeline(r *request) error {
+	if err := s.admit(r); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithDeadline(s.abort, r.deadline)
+	r.rctx, r.cancel = context.WithCancelCause(ctx)
+	cancelDeadline := r.cancel
+	r.cancel = func(cause error) { cancelDeadline(cause); cancel() }
+	release := s.gone.watch(r.fc.Conn(), func() { cancelDeadline(errClientGone) })
+	defer release()
+	if err := s.readBody(r); err != nil {
+		return err
+	}
+	if err := r.fe.parse(r); err != nil {
+		return err
+	}
+	if err := r.samples.submit(r.rctx, r.priority); err != nil {
+		return err
+	}
+	return r.fe.write(r)
+}
+
+// admit checks a request before any of its body is read.
+func (s *Server) admit(r *request) error {
+	if s.aborted.Load() {
+		return fmt.Errorf("%w: the server is shutting down", errDraining)
+	}
+	if err := s.parseOptions(r); err != nil {
+		return err
+	}
+	if n := r.fc.Request.Header.ContentLength(); int64(n) > s.opts.MaxBodyBytes {
+		return fmt.Errorf("%w: the body declares %d bytes; server.max_body_bytes is %d", errBodyTooLarge, n, s.opts.MaxBodyBytes)
+	}
+	if err := r.admitSamples(1); err != nil {
+		return err
+	}
+	// The deadline against the predicted wait: decode (queue and work) and the model's batcher.
+	after, _ := r.m.impl.predict(r.priority)
+	if pred := s.gate.predictWait() + after; r.start.Add(pred).After(r.deadline) {
+		s.met.refusals[refuseDeadline].Inc()
+		return fmt.Errorf("%w: predicted to take %v, the request's deadline is in %v", errShed,
+			pred.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// admitSamples counts n more samples of the request against its model's queue bound.
+func (r *request) admitSamples(n int) error {
+	if err := r.m.admit(n); err != nil {
+		return err
+	}
+	r.admitted += n
+	return nil
+}
+
+// newSamples admits n samples in all (the first was admitted with the request), takes their
+// input rows from the memory budget and returns them.
+func (r *request) newSamples(n int) (sampleSet, error) {
+	if n > r.admitted {
+		if err := r.admitSamples(n - r.admitted); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.reserve(int64(n) * r.m.rowBytes()); err != nil {
+		return nil, err
+	}
+	r.samples = r.m.impl.samples(n)
+	return r.samples, nil
+}
+
+// decodeImage decodes an encoded image into sample i through the decode gate.
+func (r *request) decodeImage(i int, img []byte) error {
+	s, m := r.s, r.m
+	cost, heavy, err := decodeCost(m.pre, img)
+	if err != nil {
+		return err
+	}
+	downstream := func() time.Duration { d, _ := m.impl.predict(r.priority); return d }
+	if err := s.gate.acquire(r.rctx, r.deadline, cost, heavy, downstream); err != nil {
+		switch {
+		case errors.Is(err, errOverloaded):
+			s.met.refusals[refuseDecodeQueue].Inc()
+			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", err, s.opts.DecodeQueue)
+		case errors.Is(err, errShed):
+			s.met.refusals[refuseDeadline].Inc()
+			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", err)
+		case errors.Is(err, errTooLarge):
+			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", err, cost, s.mem.limit)
+		}
+		return err
+	}
+	t := time.Now()
+	err = r.samples.decode(i, img)
+	d := time.Since(t)
+	s.gate.release(cost, heavy, d)
+	m.met.preprocess.Update(d.Seconds())
+	return err
+}
+
+// parseOptions reads the request's deadline and priority (headers or query) and top_k.
+func (s *Server) parseOptions(r *request) error {
+	fc, m := r.fc, r.m
+	timeout := m.defaultTimeout
+	args := fc.QueryArgs()
+	if v := args.Peek("top_k"); v != nil {
+		k, err := strconv.Atoi(string(v))
+		if err != nil || k < 0 {
+			return bodyErr("top_k must be a non-negative integer, got %q", truncate(string(v), 20))
+		}
+		r.topK = min(k, len(m.labels))
+	}
+	tv := fc.Request.Header.Peek("X-Request-Timeout")
+	if tv == nil {
+		tv = args.Peek("timeout")
+	}
+	if tv != nil {
+		ms, err := strconv.ParseFloat(string(tv), 64)
+		if err != nil || !(ms > 0 && ms <= 1e9) { // also refuses NaN
+			return bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
+		}
+		if d := time.Duration(ms * float64(time.Millisecond)); d < timeout {
+			timeout = d
+		}
+	}
+	r.deadline = r.start.Add(timeout)
+	pv := fc.Request.Header.Peek("X-Request-Priority")
+	if pv == nil {
+		pv = args.Peek("priority")
+	}
+	if pv != nil {
+		p, err := strconv.Atoi(string(pv))
+		if err != nil || p < 0 {
+			return bodyErr("priority must be a non-negative integer, got %q", truncate(string(pv), 20))
+		}
+		r.priority = p
+	}
+	return nil
+}
+
+// readBody reads the request body into r.body, taking its bytes from the memory budget as they
+// arrive, and undoes a gzip or deflate Content-Encoding within the same bounds.
+func (s *Server) readBody(r *request) error {
+	h := &r.fc.Request.Header
+	declared := int64(h.ContentLength()) // -1: chunked, -2: none
+	var src io.Reader = r.fc.RequestBodyStream()
+	if src == nil {
+		src = bytes.NewReader(r.fc.Request.Body())
+	}
+	body, err := r.readAll(src, declared, &r.bodyBuf)
+	if err != nil {
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			return fmt.Errorf("%w (server.read_timeout %v)", errReadTimeout, s.opts.ReadTimeout)
+		case errors.Is(err, errBodyTooLarge), errors.Is(err, errOverloaded), errors.Is(err, errTooLarge):
+			return err
+		}
+		return bodyErr("cannot read the request body: %v", err)
+	}
+	if declared >= 0 && int64(len(body)) != declared {
+		return bodyErr("the body has %d bytes, Content-Length says %d", len(body), declared)
+	}
+	switch enc := h.Peek(fasthttp.HeaderContentEncoding); {
+	case len(enc) == 0, bytes.EqualFold(enc, []byte("identity")):
+	case bytes.EqualFold(enc, []byte("gzip")), bytes.EqualFold(enc, []byte("x-gzip")):
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return bodyErr("cannot decompress the gzip body: %v", err)
+		}
+		if body, err = r.readAll(zr, -1, &r.inflated); err != nil {
+			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
+				return err
+			}
+			return bodyErr("cannot decompress the gzip body: %v", err)
+		}
+	case bytes.EqualFold(enc, []byte("deflate")):
+		// RFC 9110's deflate is zlib-wrapped; some clients send raw deflate: try zlib first.
+		out, err := r.readAll(zlibOrFlate(body), -1, &r.inflated)
+		if err != nil {
+			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
+				return err
+			}
+			return bodyErr("cannot decompress the deflate body: %v", err)
+		}
+		body = out
+	default:
+		return fmt.Errorf("%w: Content-Encoding %q is not supported (gzip, deflate or none)", errUnsupportedMedia, truncate(string(enc), 40))
+	}
+	r.body = body
+	return nil
+}
+
+// bodyChunk is the first reservation for a body, and the smallest growth.
+const bodyChunk = 64 << 10
+
+// readAll reads src to its end into *buf, growing it (doubling from bodyChunk, up to the
+// declared length when there is one) as bytes arrive; each growth is taken from the memory
+// budget first, so memory follows the bytes received, never a declared length. More than
+// server.max_body_bytes is refused.
+func (r *request) readAll(src io.Reader, declared int64, buf *[]byte) ([]byte, error) {
+	limit := r.s.opts.MaxBodyBytes
+	b := (*buf)[:0]
+	defer func() { *buf = b[:0] }() // the buffer, grown, goes back with the request
+	var room int64                  // bytes reserved for b
+	zeroReads := 0
+	for {
+		if int64(len(b)) == room {
+			if room > limit {
+				return nil, fmt.Errorf("%w: server.max_body_bytes is %d", errBodyTooLarge, limit)
+			}
+			next := max(2*room, bodyChunk)
+			if declared >= 0 {
+				next = min(next, declared+1) // room for the end to be seen
+			}
+			next = min(next, limit+1)
+			if err := r.reserve(next - room); err != nil {
+				return nil, err
+			}
+			room = next
+			if int64(cap(b)) < room {
+				nb := make([]byte, len(b), room)
+				copy(nb, b)
+				b = nb
+			}
+		}
+		n, err := src.Read(b[len(b):room])
+		b = b[:len(b)+n]
+		switch {
+		case int64(len(b)) > limit:
+			return nil, fmt.Errorf("%w: server.max_body_bytes is %d", errBodyTooLarge, limit)
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return nil, err
+		case n == 0:
+			if zeroReads++; zeroReads > 100 {
+				return nil, io.ErrNoProgress
+			}
+		}
+	}
+}
+
+// zlibOrFlate reads a zlib stream, or a raw deflate stream when the data has no zlib header.
+func zlibOrFlate(b []byte) io.Reader {
+	if len(b) >= 2 && b[0]&0x0f == 8 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0 {
+		if zr, err := zlib.NewReader(bytes.NewReader(b)); err == nil {
+			return zr
+		}
+	}
+	return flate.NewReader(bytes.NewReader(b))
+}
+
+// fail writes the answer to a failed request and returns its status and reason.
+func (s *Server) fail(r *request, err error) (int, string) {
+	if errors.Is(err, context.Canceled) && r.rctx != nil {
+		if cause := context.Cause(r.rctx); cause != nil {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
+	}
+	status, reason := s.classify(err)
+	fc := r.fc
+	switch reason {
+	case reasonCanceled:
+		// The client closed its connection (or its sending side) while the request waited:
+		// it is dropped unanswered and the connection closed without a response.
+		fc.HijackSetNoResponse(true)
+		fc.Hijack(func(net.Conn) {})
+		return status, reason
+	case reasonInternal:
+		s.log.Error("inference failed", "model", r.m.name, "err", err)
+	}
+	msg := err.Error()
+	if reason == reasonTimeout && status == fasthttp.StatusGatewayTimeout {
+		msg = "the request's deadline passed before it could be answered (X-Request-Timeout or batching.default_timeout)"
+	}
+	if retryable(reason) {
+		fc.Response.Header.Set("Retry-After", s.retryAfter)
+	}
+	writeError(fc, status, msg)
+	return status, reason
+}

@@ -1,0 +1,250 @@
+package preprocess
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// No state may cross calls: a hostile input decoded right after a valid image
+// must fail on its own merits (a pooled decoder handle or pixel buffer must not
+// lend it the previous image), and a valid image decoded after hostile ones
+// must give exactly what a fresh decoder gives.
+
+type validImage struct {
+	name string
+	data []byte
+	end  int // offset just past the image's own data (trailing bytes excluded)
+}
+
+// validImages returns every JPEG, PNG and WebP in ../shared/images and the
+// WebPs of testdata (the shared set has none).
+func validImages(tb testing.TB) []validImage {
+	tb.Helper()
+	readShared(tb, filepath.Join(imagesDir, "README.md")) // skips without ../shared
+	var files []string
+	for _, pat := range []string{"*.jpg", "*.jpeg", "*.png"} {
+		m, _ := filepath.Glob(filepath.Join(imagesDir, pat))
+		files = append(files, m...)
+	}
+	m, _ := filepath.Glob("testdata/webp/*.webp")
+	files = append(files, m...)
+	var out []validImage
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, validImage{name: filepath.Base(f), data: b, end: imageEnd(b)})
+	}
+	if len(out) < 10 {
+		tb.Fatalf("only %d valid images found", len(out))
+	}
+	return out
+}
+
+// imageEnd returns the length of the image proper: up to and including the
+// last JPEG EOI marker, the PNG IEND chunk, or the RIFF size.
+func imageEnd(b []byte) int {
+	switch detectFormat(b) {
+	case formatJPEG:
+		if i := bytes.LastIndex(b, []byte{0xFF, 0xD9}); i > 0 {
+			return i + 2
+		}
+	case formatPNG:
+		if i := bytes.LastIndex(b, []byte("IEND")); i > 0 {
+			return i + 8 // type + CRC
+		}
+	case formatWebP:
+		if n := int(binary.LittleEndian.Uint32(b[4:8])) + 8; n <= len(b) {
+			return n
+		}
+	}
+	return len(b)
+}
+
+type hostileInput struct {
+	name string
+	data []byte
+}
+
+// hostileVariants cuts a valid image: at 16 points, to its magic bytes, to its
+// headers only, and in the middle of its compressed data.
+func hostileVariants(v validImage) []hostileInput {
+	b := v.data[:v.end]
+	var out []hostileInput
+	add := func(what string, n int) {
+		if n > 0 && n < len(b) {
+			out = append(out, hostileInput{fmt.Sprintf("%s %s (%d of %d bytes)", v.name, what, n, len(b)), b[:n:n]})
+		}
+	}
+	for k := 1; k <= 16; k++ {
+		add(fmt.Sprintf("cut %d/17", k), len(b)*k/17)
+	}
+	add("cut before the last byte", len(b)-1)
+	switch detectFormat(b) {
+	case formatJPEG:
+		add("magic only", 3)
+		if i := bytes.Index(b, []byte{0xFF, 0xDA}); i > 0 { // start of scan
+			add("header only", i)
+			add("scan cut", i+(len(b)-i)/2)
+			add("header and scan header", min(i+20, len(b)-1))
+		}
+	case formatPNG:
+		add("magic only", 8)
+		add("IHDR only", 33)
+		if i := bytes.Index(b, []byte("IDAT")); i > 0 {
+			add("header only", i-4)
+			add("scan cut", i+(len(b)-i)/2)
+		}
+	case formatWebP:
+		add("magic only", 12)
+		add("header only", 30)
+		add("scan cut", 30+(len(b)-30)/2)
+	}
+	return out
+}
+
+// reference is what a fresh (unpooled) preprocessor makes of data.
+func reference(tb testing.TB, o Options, data []byte) []byte {
+	tb.Helper()
+	p := mustNew(tb, o)
+	p.fresh = true
+	out := make([]byte, p.SlotLen())
+	if err := p.ProcessUint8(data, out); err != nil {
+		tb.Fatalf("fresh decode: %v", err)
+	}
+	return out
+}
+
+func TestHostileAfterValidSameGoroutine(t *testing.T) {
+	valid := validImages(t)
+	for _, o := range []Options{{}, {FullDecode: true}} {
+		p := mustNew(t, o)
+		dst := make([]byte, p.SlotLen())
+		n := 0
+		for i, v := range valid {
+			prev := valid[(i+1)%len(valid)] // decoded right before each variant
+			for _, h := range hostileVariants(v) {
+				if err := p.ProcessUint8(prev.data, dst); err != nil {
+					t.Fatalf("%s: %v", prev.name, err)
+				}
+				err := p.ProcessUint8(h.data, dst)
+				if !errors.Is(err, ErrBadImage) {
+					t.Errorf("full_decode=%v: %s after %s: got %v, want %v", o.FullDecode, h.name, prev.name, err, ErrBadImage)
+				}
+				n++
+			}
+		}
+		t.Logf("full_decode=%v: %d hostile variants of %d images refused", o.FullDecode, n, len(valid))
+	}
+	// The issue's reproduction: three bytes after a real photo.
+	p := mustNew(t, Options{})
+	dst := make([]float32, p.SlotLen())
+	mustProcess(t, p, readShared(t, filepath.Join(imagesDir, "skimage_rocket.jpg")), dst)
+	if err := p.Process([]byte{0xFF, 0xD8, 0xFF}, dst); !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "no image") {
+		t.Fatalf("FF D8 FF after a photo: %v", err)
+	}
+}
+
+// TestHostileAcrossGoroutines: goroutines sharing one Preprocessor (and the
+// pools) interleave valid images and hostile variants; every hostile input
+// fails, every valid one gives exactly the fresh decoder's output.
+func TestHostileAcrossGoroutines(t *testing.T) {
+	valid := validImages(t)
+	var hostile []hostileInput
+	for _, v := range valid {
+		hostile = append(hostile, hostileVariants(v)...)
+	}
+	o := Options{}
+	p := mustNew(t, o)
+	want := make([][]byte, len(valid))
+	for i, v := range valid {
+		want[i] = reference(t, o, v.data)
+	}
+	const workers, rounds = 6, 60
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 8))
+			dst := make([]byte, p.SlotLen())
+			for range rounds {
+				i := r.IntN(len(valid))
+				if err := p.ProcessUint8(valid[i].data, dst); err != nil {
+					t.Errorf("%s: %v", valid[i].name, err)
+					return
+				}
+				if !bytes.Equal(dst, want[i]) {
+					t.Errorf("goroutine %d: %s differs from a fresh decode", g, valid[i].name)
+					return
+				}
+				h := hostile[r.IntN(len(hostile))]
+				if err := p.ProcessUint8(h.data, dst); !errors.Is(err, ErrBadImage) {
+					t.Errorf("goroutine %d: %s: got %v, want %v", g, h.name, err, ErrBadImage)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// errClass names the sentinel an error wraps ("ok" for nil).
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrBadImage):
+		return "bad"
+	case errors.Is(err, ErrTooLarge):
+		return "too large"
+	case errors.Is(err, ErrUnsupportedFormat):
+		return "unsupported"
+	}
+	return "unclassified: " + err.Error()
+}
+
+// FuzzPooledMatchesFresh: the pooled path, dirtied by a valid image decoded
+// just before, and a freshly created decoder agree on every input: the same
+// error class, and the same output bytes when both succeed.
+func FuzzPooledMatchesFresh(f *testing.F) {
+	fuzzSeeds(f, []string{"*.jpg", "*.jpeg", "*.png", "*.webp"}, []byte{0xFF, 0xD8, 0xFF}, pngMagic)
+	if b, err := os.ReadFile(filepath.Join(imagesDir, "skimage_rocket.jpg")); err == nil {
+		v := validImage{name: "rocket", data: b, end: imageEnd(b)}
+		for _, h := range hostileVariants(v) {
+			f.Add(h.data)
+		}
+	}
+	o := Options{Width: 32, Height: 32, Resize: 40, MaxPixels: fuzzMaxPixels}
+	pooled, err := New(o)
+	if err != nil {
+		f.Fatal(err)
+	}
+	fresh, _ := New(o)
+	fresh.fresh = true
+	warm, err := os.ReadFile("testdata/orient/orient_6.jpg")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, b := make([]byte, pooled.SlotLen()), make([]byte, pooled.SlotLen())
+		if err := pooled.ProcessUint8(warm, a); err != nil {
+			t.Fatal(err)
+		}
+		errA := pooled.ProcessUint8(data, a)
+		errB := fresh.ProcessUint8(data, b)
+		if ca, cb := errClass(errA), errClass(errB); ca != cb {
+			t.Fatalf("pooled: %s (%v), fresh: %s (%v)", ca, errA, cb, errB)
+		}
+		if errA == nil && !bytes.Equal(a, b) {
+			t.Fatal("pooled and fresh decoders give different pixels")
+		}
+	})
+}
