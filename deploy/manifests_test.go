@@ -600,35 +600,11 @@ type gatewayConfig struct {
 // (configs.Parse), and returns what the manifests must agree with.
 func parseGatewayConfig(t *testing.T, what, text string) gatewayConfig {
 	t.Helper()
-	// server.drain_delay as written (configs.Config may not know the field yet: see below).
-	var raw struct {
-		Server struct {
-			DrainDelay string `json:"drain_delay"`
-		} `json:"server"`
-	}
-	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	var drain time.Duration
-	if raw.Server.DrainDelay != "" {
-		d, err := time.ParseDuration(raw.Server.DrainDelay)
-		if err != nil {
-			t.Fatalf("%s: server.drain_delay: %v", what, err)
-		}
-		drain = d
-	}
 	cfg, err := configs.Parse([]byte(text), "/")
 	if err != nil {
-		if strings.Contains(err.Error(), "field drain_delay not found") {
-			// TODO(drain_delay): remove once configs has server.drain_delay (main is adding it).
-			t.Logf("%s: this gateway's configs package does not know server.drain_delay yet; parsing the rest: %v", what, err)
-			cfg, err = configs.Parse([]byte(strings.Replace(text, "drain_delay:", "#drain_delay:", 1)), "/")
-		}
-		if err != nil {
-			t.Fatalf("%s: the gateway's strict config loader refuses it: %v", what, err)
-		}
+		t.Fatalf("%s: the gateway's strict config loader refuses it: %v", what, err)
 	}
-	g := gatewayConfig{drainDelay: drain, shutdownTimeout: time.Duration(cfg.Server.ShutdownTimeout), decodeWorkers: cfg.Server.DecodeWorkers}
+	g := gatewayConfig{drainDelay: time.Duration(cfg.Server.DrainDelay), shutdownTimeout: time.Duration(cfg.Server.ShutdownTimeout), decodeWorkers: cfg.Server.DecodeWorkers}
 	for _, m := range cfg.Models {
 		g.sessionThreads += m.Runtime.Instances * m.Runtime.IntraOpThreads
 	}

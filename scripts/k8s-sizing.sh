@@ -8,9 +8,6 @@ cd "$(dirname "$0")/.."
 [ -x bin/gateway ] && [ -x bin/loadtest ] || { echo "make build first" >&2; exit 1; }
 export ONNXRUNTIME_LIB=$PWD/.deps/onnxruntime/libonnxruntime.so
 sed -e "s|/app/models|$PWD/models|" deploy/kubernetes/base/gateway.yaml > /tmp/k8s-gateway.yaml
-if bin/gateway -config /tmp/k8s-gateway.yaml -check 2>&1 | grep -q "field drain_delay not found"; then
-  sed -i '/drain_delay/d' /tmp/k8s-gateway.yaml # a build from before server.drain_delay
-fi
 bin/gateway -config /tmp/k8s-gateway.yaml -listen 127.0.0.1:${PORT:-18095} 2>/dev/null & pid=$!
 sleep 1
 hwm() { awk '/VmHWM/ {printf "%.0f MiB", $2/1024}' /proc/$pid/status; }

@@ -14,7 +14,10 @@ package main
 //   - an optional gateway.yaml in the directory: the same strict schema as configs/gateway.yaml,
 //     with at most one entry under models whose name, path and labels may be left out (they
 //     come from -model_name and the files found); relative paths are read from the directory.
-//     Without it every setting takes its default.
+//     Without it every setting takes its default, but for the drain: server.drain_delay 5s and
+//     server.shutdown_timeout 20s unless the file sets them, so that a predictor leaves the
+//     Service's endpoints before its listener closes, and drains within Kubernetes' default
+//     30 s grace period.
 //
 // The server listens on 0.0.0.0:PORT: -http_port, else $PORT, else 8080 (-listen still
 // overrides the whole address).
@@ -46,6 +49,10 @@ type modelDirFlags struct {
 }
 
 const modelDirConfigFile = "gateway.yaml"
+
+// modelDirDrainDefaults: in a cluster the endpoint's removal takes a few seconds to reach every
+// proxy; 5 s + 20 s fits in Kubernetes' default terminationGracePeriodSeconds (30).
+var modelDirDrainDefaults = map[string]any{"drain_delay": "5s", "shutdown_timeout": "20s"}
 
 func addModelDirFlags(fs *flag.FlagSet) *modelDirFlags {
 	f := &modelDirFlags{fs: fs, port: -1}
@@ -181,6 +188,19 @@ func loadModelDir(dir, name string) (*configs.Config, error) {
 		}
 	}
 	doc["models"] = []any{model}
+	server, ok := doc["server"].(map[string]any)
+	if !ok {
+		if doc["server"] != nil {
+			return nil, where(errors.New("server: must be a mapping"))
+		}
+		server = map[string]any{}
+		doc["server"] = server
+	}
+	for k, v := range modelDirDrainDefaults {
+		if _, set := server[k]; !set {
+			server[k] = v
+		}
+	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
 		return nil, where(err)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -136,6 +137,27 @@ func TestModelDirKServeFlags(t *testing.T) {
 	if a := g.do("GET", "/v2/models/mobilenet_v3_small/ready", "", nil); a.status != 404 {
 		t.Fatalf("the model is served under -model_name only; the default name answered %d", a.status)
 	}
+
+	// The drain defaults of this mode (drain_delay 5s, shutdown_timeout 20s): after SIGTERM
+	// readiness fails at once while predictions are still served, then the process exits 0.
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.do("GET", "/v2/health/ready", "", nil).status == 503 })
+	if a := g.do("POST", "/predict/", "image/png", img); a.status != 200 {
+		t.Fatalf("POST during drain_delay: %d %s", a.status, a.body)
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, g.log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30s after SIGTERM:\n%s", g.log())
+	}
+	if !strings.Contains(g.log(), "drain_delay=5s shutdown_timeout=20s") {
+		t.Fatalf("model-directory mode should default to drain_delay 5s, shutdown_timeout 20s:\n%s", g.log())
+	}
 }
 
 func TestModelDirPortEnvAndConfigFile(t *testing.T) {
@@ -147,7 +169,7 @@ func TestModelDirPortEnvAndConfigFile(t *testing.T) {
 	ln.Close()
 	// gateway.yaml in the directory: the main config's schema; the model's name, path and
 	// labels come from the flags and the files found.
-	dir := modelRepo(t, "server: {shutdown_timeout: 5s}\nmodels:\n  - batching: {max_batch_size: 2, max_queue_size: 7}\n")
+	dir := modelRepo(t, "server: {shutdown_timeout: 5s, drain_delay: 0s}\nmodels:\n  - batching: {max_batch_size: 2, max_queue_size: 7}\n")
 	g := startGatewayArgs(t, []string{"PORT=" + strconv.Itoa(port)}, "-model-dir", dir, "-model-name", "m1")
 	if !strings.HasSuffix(g.url, ":"+strconv.Itoa(port)) {
 		t.Fatalf("with $PORT=%d and no port flag the gateway serves on %s", port, g.url)
@@ -157,6 +179,14 @@ func TestModelDirPortEnvAndConfigFile(t *testing.T) {
 	}
 	if c := g.metric("gateway_queue_capacity", `model="m1"`); c != 7 {
 		t.Fatalf("gateway_queue_capacity = %v, want 7 from the directory's gateway.yaml", c)
+	}
+	// The file's drain settings win over the mode's defaults.
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-g.done; err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	if !strings.Contains(g.log(), "drain_delay=0s shutdown_timeout=5s") {
+		t.Fatalf("the directory's gateway.yaml should set the drain:\n%s", g.log())
 	}
 }
 
