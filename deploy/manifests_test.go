@@ -726,9 +726,10 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 	if m.Runtime != rt.Metadata.Name || m.ModelFormat.Name != "onnx" || m.ProtocolVersion != "v2" || m.StorageURI == "" {
 		t.Errorf("InferenceService predictor model %+v should ask for runtime %s, format onnx, protocol v2, with a storageUri", m, rt.Metadata.Name)
 	}
-	// Without a gateway.yaml in the model directory the drain is the default: 30s shutdown_timeout.
-	if g := isvc.Spec.Predictor.TerminationGracePeriodSeconds; g == nil || *g < 30 {
-		t.Errorf("InferenceService predictor terminationGracePeriodSeconds should cover the default shutdown_timeout (30s)")
+	// Without a gateway.yaml in the model directory the drain takes model-directory mode's
+	// defaults (cmd/gateway/kserve.go): drain_delay 5s + shutdown_timeout 20s.
+	if g := isvc.Spec.Predictor.TerminationGracePeriodSeconds; g == nil || *g < 25 {
+		t.Errorf("InferenceService predictor terminationGracePeriodSeconds should cover the default drain (5s + 20s)")
 	}
 	if isvc.Metadata.Annotations["serving.kserve.io/autoscalerClass"] != "external" ||
 		hpa.Spec.ScaleTargetRef.Name != isvc.Metadata.Name+"-predictor" {
