@@ -74,10 +74,10 @@ func main() {
 	flag.IntVar(&o.rolls, "rolls", 2, "rolling restarts of the whole fleet")
 	flag.Float64Var(&o.load, "load", 0.7, "open-loop rate as a fraction of the measured capacity")
 	flag.BoolVar(&o.short, "short", false, "short phases (make test)")
-	flag.DurationVar(&o.drainDelay, "drain-delay", time.Second, "server.drain_delay of each gateway (HAProxy sees a 503 within 250 ms)")
+	flag.DurationVar(&o.drainDelay, "drain-delay", 2*time.Second, "server.drain_delay of each gateway (HAProxy sees the 503 within 250 ms; the rest is margin for a busy machine)")
 	flag.DurationVar(&o.shutdown, "shutdown-timeout", 15*time.Second, "server.shutdown_timeout of each gateway")
 	flag.IntVar(&o.capacityC, "capacity-c", 24, "closed-loop clients measuring the capacity")
-	flag.IntVar(&o.lbRetries, "lb-retries", 3, "HAProxy's retries of a refused connection on another replica (0: none, as kube-proxy: then only the gateway's drain keeps requests from failing)")
+	flag.IntVar(&o.lbRetries, "lb-retries", 0, "HAProxy's retries of a refused connection on another replica (0: none, as kube-proxy: then only the gateway's drain keeps requests from failing)")
 	flag.DurationVar(&o.rollPause, "roll-pause", 2*time.Second, "pause after a replica is back in the pool before the next SIGTERM (Kubernetes' minReadySeconds); -short: 0.5s")
 	flag.Parse()
 	o.phase = 15 * time.Second
