@@ -14,11 +14,12 @@
 # that architecture is fetched (scripts/setup-onnxruntime.sh: x64 and arm64).
 #
 # Layers, slowest-changing first, so a source change reuses all but the last two: the
-# toolchain and libjpeg-turbo, ONNX Runtime (depends only on its setup script), the Go modules
-# (go.mod, go.sum), then the source and the build.
+# toolchain and the C libraries' -dev packages (the ones scripts/setup.sh installs: the rootfs
+# test checks), ONNX Runtime (depends only on its setup script), the Go modules (go.mod,
+# go.sum), then the source and the build.
 FROM golang:1.26-bookworm AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libturbojpeg0-dev \
+    && apt-get install -y --no-install-recommends libjpeg62-turbo-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY scripts/setup-onnxruntime.sh scripts/

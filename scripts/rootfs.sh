@@ -16,7 +16,7 @@
 #   <libdir>/libonnxruntime.so*        ONNX Runtime (dlopened by its bare name, found in libdir)
 #   <the loader and every library>     the closure of `ldd` over the binary and ONNX Runtime,
 #                                      at the paths the loader found them (glibc, libstdc++,
-#                                      libgcc_s, libturbojpeg, and whatever is linked later)
+#                                      libgcc_s, libjpeg-turbo, and whatever is linked later)
 #   etc/passwd, etc/group              root and the non-root user gateway (65532)
 #   usr/share/doc/*/copyright          the licenses of the libraries shipped
 #   tmp/                               empty
