@@ -75,7 +75,7 @@ deploy-test: build rootfs
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and
-# HAProxy's overhead; bin/fleet/fleet.md (docs/deploy.md). fleet-short is the ~40 s form.
+# HAProxy's overhead; bin/fleet/fleet.md (docs/deploy.md). fleet-short is the ~1 minute form.
 fleet: build
 	scripts/fleet.sh
 

@@ -3,7 +3,7 @@
 # fleet's capacity, the replicas restarted one by one twice over, and the load balancer's
 # overhead (deploy/cmd/fleet says how). Results: bin/fleet/fleet.md and fleet.json.
 #   scripts/fleet.sh            (make fleet: ~2-3 minutes)
-#   scripts/fleet.sh -short     (make fleet-short, in make test: ~40 s)
+#   scripts/fleet.sh -short     (make fleet-short, in make test: ~1 minute)
 # Extra arguments go to deploy/cmd/fleet (-replicas, -rolls, -load, -body, ...). Needs
 # bin/gateway and bin/loadtest (make build), ONNX Runtime, ../shared and HAProxy (installed
 # here from Debian when missing and running as root; scripts/setup.sh test installs it too).
