@@ -8,13 +8,21 @@ cd "$(dirname "$0")/.."
 [ -x bin/gateway ] && [ -x bin/loadtest ] || { echo "make build first" >&2; exit 1; }
 export ONNXRUNTIME_LIB=$PWD/.deps/onnxruntime/libonnxruntime.so
 sed -e "s|/app/models|$PWD/models|" deploy/kubernetes/base/gateway.yaml > /tmp/k8s-gateway.yaml
-bin/gateway -config /tmp/k8s-gateway.yaml -listen 127.0.0.1:${PORT:-18095} 2>/dev/null & pid=$!
-sleep 1
+log=/tmp/k8s-sizing-gateway.log
+bin/gateway -config /tmp/k8s-gateway.yaml -listen 127.0.0.1:0 2>"$log" & pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*msg=serving addr=127.0.0.1:\([0-9]*\).*/\1/p' "$log")
+  [ -n "$port" ] && break
+  kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "the gateway did not start" >&2; exit 1; }
 hwm() { awk '/VmHWM/ {printf "%.0f MiB", $2/1024}' /proc/$pid/status; }
 cpu() { awk '{print $14+$15}' /proc/$pid/stat; }
-req() { curl -s 127.0.0.1:${PORT:-18095}/metrics | awk '/^gateway_batch_items_total/ {s+=$2} END {print s}'; }
+req() { curl -s 127.0.0.1:$port/metrics | awk '/^gateway_batch_items_total/ {s+=$2} END {print s}'; }
 echo "idle: VmHWM $(hwm)"
-body=(-body ../shared/seed/rime_5868.json http://127.0.0.1:${PORT:-18095}/predict/)
+body=(-body ../shared/seed/rime_5868.json http://127.0.0.1:$port/predict/)
 c0=$(cpu); r0=$(req)
 bin/loadtest -q -c 50 -duration 20s -warmup 2s -o /tmp/k8s-sizing-c50.json "${body[@]}" | grep -E "Throughput|p50"
 c1=$(cpu); r1=$(req)
@@ -25,4 +33,4 @@ bin/loadtest -q -rate "$rate" -duration 20s -warmup 2s "${body[@]}" | grep -E "T
 echo "open loop at $rate req/s (70 %): VmHWM $(hwm)"
 bin/loadtest -q -c 400 -duration 15s "${body[@]}" | grep -E "Throughput|p50|Status"
 echo "closed loop, 400 clients (8x the saturating count): VmHWM $(hwm)"
-kill $pid; wait $pid
+kill $pid; wait $pid || true
