@@ -45,9 +45,8 @@ import (
 //     Adapter's rules, KServe's runtime and InferenceService agreeing.
 // testdata/broken/ holds manifests that must fail.
 
-// manifestDirs are the folders whose YAML files are manifests, except kustomization.yaml, the
-// gateway's own config files (gateway.yaml) and kustomize patches (*-patch.yaml: partial
-// objects, validated within the rendering).
+// manifestDirs are the folders whose YAML files are manifests: every one but kustomization.yaml
+// is a complete object (the overlay's patches too), valid on its own.
 var manifestDirs = []string{"kubernetes", "kserve"}
 
 const schemaTemplate = "{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
@@ -100,7 +99,7 @@ func manifestFiles(t *testing.T) []string {
 				return err
 			}
 			n := e.Name()
-			if e.IsDir() || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) || n == "kustomization.yaml" || n == "gateway.yaml" || strings.HasSuffix(n, "-patch.yaml") {
+			if e.IsDir() || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) || n == "kustomization.yaml" {
 				return nil
 			}
 			files = append(files, p)
@@ -360,6 +359,9 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 		t.Fatalf("ConfigMap %s has no key %s", cm.Name, filepath.Base(cfgPath))
 	}
 	cfg := parseGatewayConfig(t, "ConfigMap "+cm.Name, cfgText)
+	if want := map[string]int{"kubernetes/base": 256, "kubernetes/overlays/example": 128}[filepath.ToSlash(dir)]; cfg.maxQueue != want {
+		t.Errorf("%s: the config's max_queue_size is %d, want %d (the overlay's ConfigMap patch replaces the base's config)", dir, cfg.maxQueue, want)
+	}
 
 	// The drain fits in the grace period.
 	grace := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
@@ -594,6 +596,7 @@ type gatewayConfig struct {
 	drainDelay, shutdownTimeout time.Duration
 	decodeWorkers               int
 	sessionThreads              int
+	maxQueue                    int
 }
 
 // parseGatewayConfig parses the gateway's config with the gateway's own strict loader
@@ -607,6 +610,7 @@ func parseGatewayConfig(t *testing.T, what, text string) gatewayConfig {
 	g := gatewayConfig{drainDelay: time.Duration(cfg.Server.DrainDelay), shutdownTimeout: time.Duration(cfg.Server.ShutdownTimeout), decodeWorkers: cfg.Server.DecodeWorkers}
 	for _, m := range cfg.Models {
 		g.sessionThreads += m.Runtime.Instances * m.Runtime.IntraOpThreads
+		g.maxQueue = m.Batching.MaxQueueSize
 	}
 	return g
 }

@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/gateway ] && [ -x bin/loadtest ] || { echo "make build first" >&2; exit 1; }
 export ONNXRUNTIME_LIB=$PWD/.deps/onnxruntime/libonnxruntime.so
-sed -e "s|/app/models|$PWD/models|" deploy/kubernetes/base/gateway.yaml > /tmp/k8s-gateway.yaml
+# the ConfigMap's gateway.yaml, out of its block scalar
+awk '/^  gateway.yaml: [|]/ {f = 1; next} f {sub(/^    /, ""); print}' deploy/kubernetes/base/configmap.yaml |
+  sed -e "s|/app/models|$PWD/models|" > /tmp/k8s-gateway.yaml
 log=/tmp/k8s-sizing-gateway.log
 bin/gateway -config /tmp/k8s-gateway.yaml -listen 127.0.0.1:0 2>"$log" & pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
