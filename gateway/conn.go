@@ -67,8 +67,8 @@ func (t *connTracker) admit(c *conn) bool {
 	var victim *conn
 	now := time.Now()
 	for o := range t.idle {
-		if now.Sub(o.idleSince) < newIdleAfter && o.requests == 0 {
-			continue // a new connection still about to send its request
+		if now.Sub(o.idleSince) < newIdleAfter && o.requests == 0 || pendingInput(o) {
+			continue // a new connection still about to send its request, or a request arriving
 		}
 		if victim == nil || o.idleSince.Before(victim.idleSince) {
 			victim = o
@@ -77,7 +77,7 @@ func (t *connTracker) admit(c *conn) bool {
 	if victim != nil {
 		delete(t.idle, victim)
 		victim.evicted = true
-		go victim.Conn.Close() // its serving goroutine sees the close and releases it
+		victim.Conn.Close() // its serving goroutine sees the close and releases it
 		t.closedIdle.Inc()
 		c.counted = true // takes the victim's place: open stays the same
 		t.markIdle(c, now)
@@ -89,6 +89,24 @@ func (t *connTracker) admit(c *conn) bool {
 		return true
 	}
 	return false
+}
+
+// closeIdle closes the keep-alive connections waiting for their next request (a drain
+// starts: their clients reconnect while the listener still accepts, rather than find the
+// connection closed under their next request when the drain ends).
+func (t *connTracker) closeIdle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c := range t.idle {
+		// Closed right after the check that no request is arriving on it: a client can only
+		// race this with a request sent in the microseconds between the two.
+		if c.requests > 0 && !pendingInput(c) {
+			delete(t.idle, c)
+			c.evicted = true
+			t.open-- // its serving goroutine's close will not count it again
+			c.Conn.Close()
+		}
+	}
 }
 
 func (t *connTracker) markIdle(c *conn, now time.Time) {

@@ -66,6 +66,7 @@ type request struct {
 	cancel   context.CancelCauseFunc
 	held     int64 // bytes reserved from the memory budget
 	admitted int   // samples admitted on m
+	bodyDone bool  // the body was read to its end
 	body     []byte
 	bodyBuf  []byte // the body as read (pooled)
 	inflated []byte // the body decompressed (pooled)
@@ -116,6 +117,9 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 	status, reason := fasthttp.StatusOK, ""
 	if err != nil {
 		status, reason = s.fail(r, err)
+		if reason != reasonCanceled && !r.bodyDone {
+			s.discardBody(r, err)
+		}
 	}
 	m.met.req.observe(status, reason, time.Since(r.start))
 	if r.samples != nil {
@@ -167,8 +171,10 @@ func (s *Server) admit(r *request) error {
 	if n := r.fc.Request.Header.ContentLength(); int64(n) > s.opts.MaxBodyBytes {
 		return fmt.Errorf("%w: the body declares %d bytes; server.max_body_bytes is %d", errBodyTooLarge, n, s.opts.MaxBodyBytes)
 	}
-	if err := r.admitSamples(1); err != nil {
-		return err
+	// The model's queue, without taking a place in it yet (the samples are admitted once the
+	// body is read: a slow client must not hold a place).
+	if p := r.m.pending.Load(); p >= r.m.queueCap {
+		return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, r.m.name, p)
 	}
 	// The deadline against the predicted wait: decode (queue and work) and the model's batcher.
 	after, _ := r.m.impl.predict(r.priority)
@@ -189,18 +195,26 @@ func (r *request) admitSamples(n int) error {
 	return nil
 }
 
-// newSamples admits n samples in all (the first was admitted with the request), takes their
-// input rows from the memory budget and returns them.
-func (r *request) newSamples(n int) (sampleSet, error) {
+// expect admits the request's n samples on its model's queue; parse calls it once it knows n
+// (the body is read), before any sample is decoded or filled.
+func (r *request) expect(n int) error {
 	if n > r.admitted {
 		if err := r.admitSamples(n - r.admitted); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := r.reserve(int64(n) * r.m.rowBytes()); err != nil {
+	return nil
+}
+
+// rows takes the input rows of the admitted samples (memory budget, pooled jobs), once.
+func (r *request) rows() (sampleSet, error) {
+	if r.samples != nil {
+		return r.samples, nil
+	}
+	if err := r.reserve(int64(r.admitted) * r.m.rowBytes()); err != nil {
 		return nil, err
 	}
-	r.samples = r.m.impl.samples(n)
+	r.samples = r.m.impl.samples(r.admitted)
 	return r.samples, nil
 }
 
@@ -225,8 +239,14 @@ func (r *request) decodeImage(i int, img []byte) error {
 		}
 		return err
 	}
+	// The rows are taken once a worker is: a request waiting for one holds only its body.
+	samples, err := r.rows()
+	if err != nil {
+		s.gate.release(cost, heavy, 0)
+		return err
+	}
 	t := time.Now()
-	err = r.samples.decode(i, img)
+	err = samples.decode(i, img)
 	d := time.Since(t)
 	s.gate.release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())
@@ -293,6 +313,7 @@ func (s *Server) readBody(r *request) error {
 		}
 		return bodyErr("cannot read the request body: %v", err)
 	}
+	r.bodyDone = true
 	if declared >= 0 && int64(len(body)) != declared {
 		return bodyErr("the body has %d bytes, Content-Length says %d", len(body), declared)
 	}
@@ -324,6 +345,27 @@ func (s *Server) readBody(r *request) error {
 	}
 	r.body = body
 	return nil
+}
+
+// discardBody reads and drops what is left of a refused request's body, so that the client,
+// still sending it, reads our answer instead of a connection reset (a close with unread
+// data resets the connection). A body declared over server.max_body_bytes, or one that stops
+// arriving, is not waited for: the connection is closed after the answer.
+func (s *Server) discardBody(r *request, cause error) {
+	fc := r.fc
+	declared := int64(fc.Request.Header.ContentLength())
+	if errors.Is(cause, errBodyTooLarge) || declared > s.opts.MaxBodyBytes {
+		fc.SetConnectionClose()
+		return
+	}
+	stream := fc.RequestBodyStream()
+	if stream == nil {
+		return
+	}
+	n, err := io.CopyN(io.Discard, stream, s.opts.MaxBodyBytes+1)
+	if (err != nil && err != io.EOF) || n > s.opts.MaxBodyBytes {
+		fc.SetConnectionClose()
+	}
 }
 
 // bodyChunk is the first reservation for a body, and the smallest growth.

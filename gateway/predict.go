@@ -19,7 +19,7 @@ func (predictAPI) parse(r *request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.newSamples(1); err != nil {
+	if err := r.expect(1); err != nil {
 		return err
 	}
 	return r.decodeImage(0, img)

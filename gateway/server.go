@@ -220,14 +220,27 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.ready.Store(false)
-	if d := s.opts.DrainDelay; d > 0 {
-		t := time.NewTimer(d)
+	// Keep-alive connections that go idle during the drain are closed as they do (their
+	// clients reconnect while the listener still accepts), rather than all at once when the
+	// listener closes, which a client can race with its next request. Responses meanwhile
+	// carry Connection: close.
+	s.conns.closeIdle()
+	delay := time.NewTimer(s.opts.DrainDelay)
+	tick := time.NewTicker(100 * time.Millisecond)
+wait:
+	for {
 		select {
-		case <-t.C:
+		case <-tick.C:
+			s.conns.closeIdle()
+		case <-delay.C:
+			break wait
 		case <-ctx.Done():
-			t.Stop()
+			break wait
 		}
 	}
+	tick.Stop()
+	delay.Stop()
+	s.conns.closeIdle()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- s.srv.ShutdownWithContext(context.WithoutCancel(ctx)) }()
 	var errs []error
@@ -319,9 +332,11 @@ func (s *Server) closeModels(ctx context.Context) error {
 
 // handle routes a request.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	if s.draining.Load() {
-		ctx.SetConnectionClose()
-	}
+	defer func() {
+		if s.draining.Load() {
+			ctx.SetConnectionClose() // a drain that began while the request was handled
+		}
+	}()
 	path := string(ctx.Path())
 	if c, ok := ctx.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
 		// Over server.max_connections with no idle connection to close: only health and
@@ -340,7 +355,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 		m, err := s.lookup(s.models.Load().first, "")
 		if err != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is loaded")
+			ctx.Response.Header.Set("Retry-After", s.retryAfter)
+			writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is being served (the server is starting or draining)")
 			return
 		}
 		defer m.done()

@@ -254,7 +254,10 @@ func (a v2API) parse(r *request) error {
 		if !equalShape(in.shape[:in.ndim], want) {
 			return bodyErr("%s input shape %v, the model takes %v", dt, in.shape[:in.ndim], want)
 		}
-		samples, err := r.newSamples(n)
+		if err := r.expect(n); err != nil {
+			return err
+		}
+		samples, err := r.rows()
 		if err != nil {
 			return err
 		}
@@ -319,7 +322,7 @@ func (r *request) decodeImages(n int) error {
 			return img, err
 		}
 	}
-	if _, err := r.newSamples(n); err != nil {
+	if err := r.expect(n); err != nil {
 		return err
 	}
 	for i := range n {

@@ -97,6 +97,12 @@ type Summary struct {
 	// SendDelay counts from the intended to the actual send time (open
 	// loop): the pacer's own lag plus any wait for a free worker.
 	SendDelay LatencyStats `json:"send_delay_ms"`
+	// SuccessLatency is Latency of the 2xx answers only; RefusalLatency of
+	// the refusals (429 and 503, which a server under overload should give
+	// at once rather than after a long wait).
+	SuccessLatency LatencyStats `json:"success_latency_ms"`
+	RefusalLatency LatencyStats `json:"refusal_latency_ms"`
+	Refused        uint64       `json:"refused"`
 
 	BytesIn  int64    `json:"bytes_in"`
 	BytesOut int64    `json:"bytes_out"`
@@ -214,6 +220,7 @@ type collector struct {
 	p   *pacer
 
 	lat, svc, delay *Histogram
+	okLat, refLat   *Histogram
 	seconds         []*secondStats
 	early           uint64
 
@@ -231,6 +238,7 @@ func newCollector(cfg *Config, p *pacer) *collector {
 	return &collector{
 		cfg: cfg, p: p,
 		lat: NewHistogram(), svc: NewHistogram(), delay: NewHistogram(),
+		okLat: NewHistogram(), refLat: NewHistogram(),
 		codes:      map[int]uint64{},
 		errSamples: map[string]string{},
 		firstSend:  math.MaxInt64,
@@ -289,6 +297,7 @@ func (c *collector) add(s sample) {
 		c.ok++
 		done.ok++
 		c.codes[int(s.status)]++
+		c.okLat.Record(s.done - s.intended)
 	case s.kind != kindNone:
 		c.errs++
 		done.errs++
@@ -300,6 +309,9 @@ func (c *collector) add(s sample) {
 		c.errs++
 		done.errs++
 		c.codes[int(s.status)]++
+		if s.status == 429 || s.status == 503 {
+			c.refLat.Record(s.done - s.intended)
+		}
 	}
 }
 
@@ -352,6 +364,7 @@ func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 		ErrorKinds: map[string]uint64{}, StatusCodes: map[string]uint64{},
 		Warmup: c.warm, BytesIn: c.bytesIn, BytesOut: c.bytesOut,
 		Latency: latencyStats(c.lat), ServiceTime: latencyStats(c.svc), SendDelay: latencyStats(c.delay),
+		SuccessLatency: latencyStats(c.okLat), RefusalLatency: latencyStats(c.refLat), Refused: c.refLat.Count(),
 	}
 	if len(c.errSamples) > 0 {
 		s.ErrorSamples = c.errSamples

@@ -52,6 +52,12 @@ func (r *Result) WriteText(w io.Writer) error {
 		b.WriteString("Send delay (ms, intended to actual send; pacer lag plus waits for a free worker):\n")
 		writeStats(&b, s.SendDelay)
 	}
+	if s.Refused > 0 {
+		b.WriteString("Latency of 2xx answers (ms):\n")
+		writeStats(&b, s.SuccessLatency)
+		fmt.Fprintf(&b, "Latency of refusals, 429/503 (ms, %d refused):\n", s.Refused)
+		writeStats(&b, s.RefusalLatency)
+	}
 	if len(s.StatusCodes) > 0 {
 		b.WriteString("Status codes: ")
 		for _, k := range sortedKeys(s.StatusCodes) {

@@ -1,0 +1,812 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/imagegate/imagegate/loadtest"
+)
+
+// The reliability suite: each failure mode of a gateway under load and hostile clients, run
+// against the real binary on the shipped configuration. In `make test` every scenario runs in
+// its short form (a few seconds each) and checks what must always hold; `make reliability`
+// runs the long form (-reliability.long), checks the targets and writes docs/reliability.md
+// (-reliability.report).
+
+var (
+	longForm   = flag.Bool("reliability.long", false, "run the reliability scenarios in their long form and check their targets")
+	reportPath = flag.String("reliability.report", "", "write the scenarios' tables (Markdown) to this file")
+)
+
+// report collects one Markdown table per scenario.
+var report struct {
+	mu       sync.Mutex
+	sections map[string]string
+}
+
+func addReport(name, markdown string) {
+	report.mu.Lock()
+	defer report.mu.Unlock()
+	if report.sections == nil {
+		report.sections = map[string]string{}
+	}
+	report.sections[name] = markdown
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if *reportPath != "" && len(report.sections) > 0 {
+		var b strings.Builder
+		b.WriteString("# Reliability under load and hostile clients\n\n")
+		b.WriteString("Written by `make reliability` (`go test ./cmd/gateway -run Reliability -reliability.long`), ")
+		b.WriteString("against `bin/gateway` on the shipped configuration (`configs/gateway.yaml`) unless a scenario names ")
+		b.WriteString("an override, on this machine (" + cpuModel() + ", " + strconv.Itoa(numCPU()) + " CPUs), with the ")
+		b.WriteString("clients in the same process as the test. `make test` runs the same scenarios in a short form.\n\n")
+		names := make([]string, 0, len(report.sections))
+		for n := range report.sections {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			b.WriteString(report.sections[n])
+			b.WriteString("\n")
+		}
+		if err := os.WriteFile(*reportPath, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "cannot write the reliability report:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+		}
+	}
+	return "unknown CPU"
+}
+
+func numCPU() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}
+
+// pick returns the short or the long form of a scenario parameter.
+func pick[T any](short, long T) T {
+	if *longForm {
+		return long
+	}
+	return short
+}
+
+// shippedConfig is configs/gateway.yaml with its paths made absolute and the given overrides
+// applied ("server.max_connections" = 100, "batching.default_timeout" = "200ms" for every
+// model).
+func shippedConfig(t *testing.T, overrides map[string]any) string {
+	t.Helper()
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, "configs", "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	models := doc["models"].([]any)
+	for _, mm := range models {
+		m := mm.(map[string]any)
+		for _, k := range []string{"path", "labels"} {
+			if p, ok := m[k].(string); ok && !filepath.IsAbs(p) {
+				m[k] = filepath.Join(root, "configs", p)
+			}
+		}
+	}
+	for k, v := range overrides {
+		section, key, _ := strings.Cut(k, ".")
+		switch section {
+		case "server":
+			s, _ := doc["server"].(map[string]any)
+			if s == nil {
+				s = map[string]any{}
+				doc["server"] = s
+			}
+			s[key] = v
+		default: // a model section: batching, preprocess, runtime...
+			for _, mm := range models {
+				m := mm.(map[string]any)
+				sub, _ := m[section].(map[string]any)
+				if sub == nil {
+					sub = map[string]any{}
+					m[section] = sub
+				}
+				sub[key] = v
+			}
+		}
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// rss reads a process's resident set size and its peak (VmHWM), in bytes.
+func rss(pid int) (cur, peak int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			cur = v << 10
+		case "VmHWM:":
+			peak = v << 10
+		}
+	}
+	return cur, peak
+}
+
+// resetPeakRSS makes VmHWM start again from the current RSS (Linux: clear_refs 5).
+func resetPeakRSS(pid int) {
+	os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0o200)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// prober checks health, metrics and (optionally) a normal prediction every interval while a
+// scenario runs, recording the worst latency and every failure.
+type prober struct {
+	g                    *gateway
+	predict              []byte
+	stop                 chan struct{}
+	done                 chan struct{}
+	mu                   sync.Mutex
+	checks, fails, ok    int
+	predicts, predictsOK int
+	worst                time.Duration
+	firstFail            string
+}
+
+func startProber(g *gateway, predict []byte, every time.Duration) *prober {
+	p := &prober{g: g, predict: predict, stop: make(chan struct{}), done: make(chan struct{})}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, time.Duration) {
+		t := time.Now()
+		resp, err := client.Get(g.url + path)
+		if err != nil {
+			return -1, time.Since(t)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(t)
+	}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			for _, path := range []string{"/v2/health/live", "/v2/health/ready", "/metrics"} {
+				code, d := get(path)
+				p.mu.Lock()
+				p.checks++
+				p.worst = max(p.worst, d)
+				if code == 200 {
+					p.ok++
+				} else {
+					p.fails++
+					if p.firstFail == "" {
+						p.firstFail = fmt.Sprintf("%s: %d after %v", path, code, d)
+					}
+				}
+				p.mu.Unlock()
+			}
+			if p.predict != nil {
+				resp, err := client.Post(g.url+"/predict/", "image/jpeg", bytes.NewReader(p.predict))
+				p.mu.Lock()
+				p.predicts++
+				if err == nil && resp.StatusCode == 200 {
+					p.predictsOK++
+				}
+				p.mu.Unlock()
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}
+	}()
+	return p
+}
+
+func (p *prober) finish() {
+	close(p.stop)
+	<-p.done
+}
+
+func rocket(t *testing.T) []byte {
+	b, err := os.ReadFile(filepath.Join(sharedDir(t), "images", "skimage_rocket.jpg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestReliabilitySlowBodies: connections declare a 16 MB body, send ~120 bytes and wait.
+// Memory must follow the bytes received, not the bytes declared; the server keeps serving.
+func TestReliabilitySlowBodies(t *testing.T) {
+	img := rocket(t)
+	g := startGateway(t, shippedConfig(t, nil))
+	pid := g.cmd.Process.Pid
+	n, hold := pick(120, 250), pick(3*time.Second, 20*time.Second)
+	before, _ := rss(pid)
+	resetPeakRSS(pid)
+	p := startProber(g, img, 250*time.Millisecond)
+	var conns []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /predict/ HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\nContent-Length: 16000000\r\n\r\n%s", strings.Repeat("x", 120))
+	}
+	time.Sleep(hold)
+	_, peak := rss(pid)
+	p.finish()
+	for _, c := range conns {
+		c.Close()
+	}
+	t.Logf("%d slow bodies held %v: RSS %s before, peak %s; health %d/%d, predictions %d/%d, worst probe %v",
+		n, hold, mib(before), mib(peak), p.ok, p.checks, p.predictsOK, p.predicts, p.worst)
+	addReport("1 slow bodies", fmt.Sprintf("## Slow-body attack\n\n%d connections each declare `Content-Length: 16000000`, send 120 bytes and wait.\n\n"+
+		"| connections | held | RSS before | RSS peak | health checks OK | predictions OK (meanwhile) | worst probe |\n|---|---|---|---|---|---|---|\n"+
+		"| %d | %v | %s | %s | %d/%d | %d/%d | %v |\n", n, n, hold, mib(before), mib(peak), p.ok, p.checks, p.predictsOK, p.predicts, p.worst.Round(time.Millisecond)))
+	if peak > 300<<20 {
+		t.Errorf("RSS peaked at %s while %d connections declared 16 MB bodies (target < 300 MiB)", mib(peak), n)
+	}
+	if p.fails > 0 || p.predictsOK < p.predicts {
+		t.Errorf("the server stopped serving: %d health failures (%s), %d/%d predictions", p.fails, p.firstFail, p.predictsOK, p.predicts)
+	}
+}
+
+// pngBomb is a PNG whose header declares w x h RGBA 16-bit and whose pixel data (all zero)
+// compresses to a few hundred kilobytes.
+func pngBomb(t *testing.T, w, h int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	chunk := func(typ string, data []byte) {
+		binary.Write(&b, binary.BigEndian, uint32(len(data)))
+		crc := crc32.NewIEEE()
+		crc.Write([]byte(typ))
+		crc.Write(data)
+		b.WriteString(typ)
+		b.Write(data)
+		binary.Write(&b, binary.BigEndian, crc.Sum32())
+	}
+	ihdr := make([]byte, 13)
+	binary.BigEndian.PutUint32(ihdr[0:], uint32(w))
+	binary.BigEndian.PutUint32(ihdr[4:], uint32(h))
+	ihdr[8], ihdr[9] = 16, 6 // 16-bit RGBA
+	chunk("IHDR", ihdr)
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
+	row := make([]byte, 1+w*8)
+	for range h {
+		zw.Write(row)
+	}
+	zw.Close()
+	chunk("IDAT", z.Bytes())
+	chunk("IEND", nil)
+	return b.Bytes()
+}
+
+var (
+	bombOnce sync.Once
+	bomb     []byte
+)
+
+// TestReliabilityPNGBombs: clients loop a 7000x7000 RGBA 16-bit PNG (under max_pixels) while a
+// normal client keeps predicting. Memory stays bounded and the normal client keeps at least
+// half its throughput.
+func TestReliabilityPNGBombs(t *testing.T) {
+	img := rocket(t)
+	bombOnce.Do(func() { bomb = pngBomb(t, 7000, 7000) })
+	g := startGateway(t, shippedConfig(t, nil))
+	pid := g.cmd.Process.Pid
+	k, dur := pick(8, 8), pick(6*time.Second, 30*time.Second)
+	normal := func(d time.Duration) (n int) {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			if a := g.do("POST", "/predict/", "image/jpeg", img); a.status == 200 {
+				n++
+			} else {
+				t.Errorf("normal client: %d %s", a.status, a.body)
+				return
+			}
+		}
+		return n
+	}
+	alone := float64(normal(dur/3)) / (dur / 3).Seconds()
+	resetPeakRSS(pid)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var bombOK, bombRefused, bombOther atomic.Int64
+	for range k {
+		wg.Go(func() {
+			for !stop.Load() {
+				a := g.do("POST", "/predict/", "image/png", bomb)
+				switch {
+				case a.status == 200:
+					bombOK.Add(1)
+				case a.status == 503 || a.status == 413:
+					bombRefused.Add(1)
+					time.Sleep(50 * time.Millisecond)
+				default:
+					bombOther.Add(1)
+					t.Errorf("bomb: %d %.200s", a.status, a.body)
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	under := float64(normal(dur)) / dur.Seconds()
+	stop.Store(true)
+	wg.Wait()
+	_, peak := rss(pid)
+	time.Sleep(pick(time.Second, 5*time.Second))
+	after, _ := rss(pid)
+	ratio := under / alone
+	t.Logf("%d bomb clients: normal client %.1f req/s alone, %.1f with bombs (%.2f); bombs %d decoded, %d refused; RSS peak %s, %s after",
+		k, alone, under, ratio, bombOK.Load(), bombRefused.Load(), mib(peak), mib(after))
+	addReport("2 png bombs", fmt.Sprintf("## PNG bomb burst\n\n%d clients loop a %d-byte PNG declaring 7000x7000 RGBA 16-bit (49 Mpixel, under max_pixels) "+
+		"while one normal client predicts the rocket JPEG in a loop.\n\n"+
+		"| bomb clients | duration | normal client alone | with bombs | ratio | bombs decoded | bombs refused | RSS peak | RSS after |\n|---|---|---|---|---|---|---|---|---|\n"+
+		"| %d | %v | %.1f req/s | %.1f req/s | %.2f | %d | %d | %s | %s |\n",
+		k, len(bomb), k, dur, alone, under, ratio, bombOK.Load(), bombRefused.Load(), mib(peak), mib(after)))
+	if peak > 600<<20 {
+		t.Errorf("RSS peaked at %s with %d PNG bombs in flight (target < 600 MiB)", mib(peak), k)
+	}
+	if min := pick(0.25, 0.5); ratio < min {
+		t.Errorf("the normal client kept %.2f of its throughput under the bombs (want >= %.2f)", ratio, min)
+	}
+}
+
+// overload drives an open loop at factor x the capacity measured at c=50, with the given
+// request timeout (0: the configured default), and returns the figures.
+func overload(t *testing.T, name string, factor float64, timeoutMS int) {
+	shared := sharedDir(t)
+	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, shippedConfig(t, nil))
+	pid := g.cmd.Process.Pid
+	body := []loadtest.Body{{Name: "rime_5868.json", Data: article}}
+	hdr := []loadtest.Header{{Name: "Content-Type", Value: "application/json"}}
+	capRun, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: body, Headers: hdr,
+		Concurrency: 50, Duration: pick(4*time.Second, 10*time.Second), WarmupDuration: time.Second, KeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := capRun.Summary.Throughput
+	if capacity <= 0 {
+		t.Fatalf("capacity run: %+v", capRun.Summary)
+	}
+	if timeoutMS > 0 {
+		hdr = append(hdr, loadtest.Header{Name: "X-Request-Timeout", Value: strconv.Itoa(timeoutMS)})
+	}
+	resetPeakRSS(pid)
+	p := startProber(g, nil, 250*time.Millisecond)
+	dur := pick(8*time.Second, 30*time.Second)
+	res, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: body, Headers: hdr,
+		Rate: factor * capacity, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.finish()
+	_, peak := rss(pid)
+	s := res.Summary
+	ratio := s.Throughput / capacity
+	codes := make([]string, 0, len(s.StatusCodes))
+	for c, n := range s.StatusCodes {
+		codes = append(codes, fmt.Sprintf("%s=%d", c, n))
+	}
+	sort.Strings(codes)
+	t.Logf("%s: capacity %.1f req/s at c=50; offered %.1f req/s for %v: goodput %.1f req/s (%.2f of capacity), success p50 %.0f ms p99 %.0f ms, "+
+		"refusals %d p50 %.1f ms p99 %.1f ms; codes %v, errors %v; RSS peak %s; health %d/%d worst %v",
+		name, capacity, factor*capacity, dur, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
+		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, codes, s.ErrorKinds, mib(peak), p.ok, p.checks, p.worst)
+	deadline := "default_timeout (30s)"
+	if timeoutMS > 0 {
+		deadline = fmt.Sprintf("X-Request-Timeout: %d ms", timeoutMS)
+	}
+	addReport("3 "+name, fmt.Sprintf("## Overload %gx, %s\n\nCapacity measured first (closed loop, c=50, the article's payload), then an open loop "+
+		"(Poisson arrivals) at %gx that rate.\n\n"+
+		"| capacity (c=50) | offered | goodput | goodput / capacity | 2xx p50 / p99 | refusals | refusal p50 / p99 | status codes | RSS peak | health checks OK (worst) |\n"+
+		"|---|---|---|---|---|---|---|---|---|---|\n"+
+		"| %.1f req/s | %.1f req/s | %.1f req/s | %.2f | %.0f / %.0f ms | %d | %.1f / %.1f ms | %s | %s | %d/%d (%v) |\n",
+		factor, deadline, factor, capacity, factor*capacity, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
+		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, strings.Join(codes, " "), mib(peak), p.ok, p.checks, p.worst.Round(time.Millisecond)))
+	for c := range s.StatusCodes {
+		switch c {
+		case "200", "503", "429", "504":
+		default:
+			t.Errorf("status %s answered %d times under overload", c, s.StatusCodes[c])
+		}
+	}
+	if n := s.ErrorKinds["timeout"] + s.ErrorKinds["closed"] + s.ErrorKinds["connect"] + s.ErrorKinds["other"]; n > 0 {
+		t.Errorf("%d requests got no answer (%v; %v)", n, s.ErrorKinds, s.ErrorSamples)
+	}
+	if p.fails > 0 {
+		t.Errorf("health or metrics failed %d times under overload: %s", p.fails, p.firstFail)
+	}
+	if peak > 500<<20 {
+		t.Errorf("RSS peaked at %s under overload (target < 500 MiB)", mib(peak))
+	}
+	want := pick(0.5, 0.9)
+	if timeoutMS > 0 {
+		want = pick(0.4, 0.8)
+	}
+	if ratio < want {
+		t.Errorf("goodput %.1f req/s is %.2f of the capacity %.1f req/s (want >= %.2f)", s.Throughput, ratio, capacity, want)
+	}
+	if *longForm && s.Refused > 0 && s.RefusalLatency.P99 > 10 {
+		t.Errorf("refusals answered in %.1f ms at p99 (target <= 10 ms)", s.RefusalLatency.P99)
+	}
+	if !*longForm && s.Refused > 0 && s.RefusalLatency.P50 > s.SuccessLatency.P50 {
+		t.Errorf("refusals (p50 %.1f ms) are slower than successes (p50 %.1f ms): they waited in a queue", s.RefusalLatency.P50, s.SuccessLatency.P50)
+	}
+}
+
+func TestReliabilityOverload4x(t *testing.T) { overload(t, "overload 4x", 4, 0) }
+
+func TestReliabilityOverload4xDeadline200ms(t *testing.T) {
+	overload(t, "overload 4x 200ms", 4, 200)
+}
+
+// recorder is a client that records every request it wrote and whether it got an answer:
+// an open loop of raw HTTP/1.1 requests over keep-alive connections.
+type recorder struct {
+	addr                                    string
+	body                                    []byte
+	written, answered, lost, connectRefused atomic.Int64
+	skipped                                 atomic.Int64 // every worker busy: not sent
+	codes                                   sync.Map // status -> *atomic.Int64
+	firstLost                               atomic.Value
+}
+
+func (r *recorder) count(code int) {
+	v, _ := r.codes.LoadOrStore(code, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// run sends at rate until stop is closed, from workers that each keep one connection.
+func (r *recorder) run(rate float64, workers int, stop <-chan struct{}) {
+	jobs := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			var c net.Conn
+			var br *bufio.Reader
+			req := fmt.Sprintf("POST /predict/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(r.body))
+			for range jobs {
+				if c != nil {
+					// As an HTTP client's pool does: a kept-alive connection the server has
+					// closed meanwhile (its FIN arrived) is not reused.
+					c.SetReadDeadline(time.Now())
+					if _, err := br.Peek(1); err == nil || !isTimeout(err) {
+						c.Close()
+						c = nil
+					}
+				}
+				if c == nil {
+					var err error
+					if c, err = net.DialTimeout("tcp", r.addr, 2*time.Second); err != nil {
+						r.connectRefused.Add(1) // nothing was written
+						c = nil
+						continue
+					}
+					br = bufio.NewReader(c)
+				}
+				c.SetDeadline(time.Now().Add(60 * time.Second))
+				if _, err := io.WriteString(c, req); err != nil {
+					c.Close()
+					c = nil
+					r.connectRefused.Add(1) // the server closed the connection before it was used
+					continue
+				}
+				if _, err := c.Write(r.body); err != nil {
+					r.written.Add(1)
+					r.lost.Add(1)
+					r.firstLost.CompareAndSwap(nil, time.Now().Format("15:04:05.000")+" write: "+err.Error())
+					c.Close()
+					c = nil
+					continue
+				}
+				r.written.Add(1)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					r.lost.Add(1)
+					r.firstLost.CompareAndSwap(nil, time.Now().Format("15:04:05.000")+" read: "+err.Error())
+					c.Close()
+					c = nil
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				r.answered.Add(1)
+				code := resp.StatusCode
+				if (code == 503 || code == 429) && resp.Header.Get("Retry-After") == "" {
+					code = -code // a refusal without Retry-After
+				}
+				r.count(code)
+				if resp.Close {
+					c.Close()
+					c = nil
+				}
+			}
+			if c != nil {
+				c.Close()
+			}
+		})
+	}
+	gap := time.Duration(float64(time.Second) / rate)
+	next := time.Now()
+	for {
+		select {
+		case <-stop:
+			close(jobs)
+			wg.Wait()
+			return
+		case <-time.After(time.Until(next)):
+		}
+		next = next.Add(gap)
+		select {
+		case jobs <- struct{}{}:
+		default: // every worker busy: the open loop does not wait (the request is not sent)
+			r.skipped.Add(1)
+		}
+	}
+}
+
+// TestReliabilitySIGTERMUnderLoad: SIGTERM at 3x capacity with shutdown_timeout 5s. Every
+// request written gets an answer (its result or a 503 with Retry-After), connections are not
+// reset under a request, and the process exits 0.
+func TestReliabilitySIGTERMUnderLoad(t *testing.T) {
+	shared := sharedDir(t)
+	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, shippedConfig(t, map[string]any{"server.shutdown_timeout": "5s", "server.drain_delay": "1s"}))
+	capRun, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: []loadtest.Body{{Data: article}},
+		Headers: []loadtest.Header{{Name: "Content-Type", Value: "application/json"}}, Concurrency: 50,
+		Duration: pick(3*time.Second, 8*time.Second), KeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := 3 * capRun.Summary.Throughput
+	r := &recorder{addr: strings.TrimPrefix(g.url, "http://"), body: article}
+	stop := make(chan struct{})
+	ran := make(chan struct{})
+	go func() { r.run(rate, 256, stop); close(ran) }()
+	time.Sleep(pick(3*time.Second, 10*time.Second))
+	sigAt := time.Now()
+	t.Logf("SIGTERM at %s", sigAt.Format("15:04:05.000"))
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var exitErr error
+	select {
+	case exitErr = <-g.done:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the gateway did not exit after SIGTERM:\n%s", g.log())
+	}
+	exitAfter := time.Since(sigAt)
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	<-ran
+	codes := map[int]int64{}
+	r.codes.Range(func(k, v any) bool { codes[k.(int)] = v.(*atomic.Int64).Load(); return true })
+	t.Logf("SIGTERM at %.0f req/s (3x %.1f): %d written, %d answered %v, %d lost; not sent: %d (connection refused or closed before use), %d (every worker busy); exit %v after %v",
+		rate, capRun.Summary.Throughput, r.written.Load(), r.answered.Load(), codes, r.lost.Load(), r.connectRefused.Load(), r.skipped.Load(), exitErr, exitAfter.Round(time.Millisecond))
+	addReport("4 sigterm", fmt.Sprintf("## SIGTERM under load\n\nAn open loop at 3x capacity over keep-alive connections; SIGTERM with "+
+		"`drain_delay: 1s`, `shutdown_timeout: 5s`. The client records every request it wrote.\n\n"+
+		"| offered | written | answered | answers | lost | not sent: connection refused or closed before use | not sent: every client worker busy | exit | exit after SIGTERM |\n|---|---|---|---|---|---|---|---|---|\n"+
+		"| %.0f req/s | %d | %d | %v | %d | %d | %d | %v | %v |\n",
+		rate, r.written.Load(), r.answered.Load(), codes, r.lost.Load(), r.connectRefused.Load(), r.skipped.Load(), exitCode(exitErr), exitAfter.Round(time.Millisecond)))
+	if exitErr != nil {
+		t.Errorf("the gateway exited with %v:\n%s", exitErr, g.log())
+	}
+	if n := r.lost.Load(); n > 0 {
+		t.Errorf("%d requests written got no answer (first: %v)", n, r.firstLost.Load())
+	}
+	for code, n := range codes {
+		if code != 200 && code != 503 && code != 429 {
+			t.Errorf("%d requests answered %d (negative: a refusal without Retry-After)", n, code)
+		}
+	}
+	if codes[200] == 0 {
+		t.Errorf("no request succeeded")
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+func exitCode(err error) string {
+	if err == nil {
+		return "0"
+	}
+	return err.Error()
+}
+
+// TestReliabilitySlowloris: connections send their headers a byte at a time. They are cut
+// off by server.read_timeout with a 408, and meanwhile health checks and predictions pass.
+func TestReliabilitySlowloris(t *testing.T) {
+	img := rocket(t)
+	g := startGateway(t, shippedConfig(t, map[string]any{"server.read_timeout": "2s"}))
+	n, dur := pick(100, 400), pick(4*time.Second, 15*time.Second)
+	p := startProber(g, img, 250*time.Millisecond)
+	var got408, closed, other atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+			if err != nil {
+				other.Add(1)
+				return
+			}
+			defer c.Close()
+			hdr := "POST /predict/ HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("s", 100)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				switch {
+				case err != nil:
+					closed.Add(1)
+				case resp.StatusCode == 408:
+					got408.Add(1)
+				default:
+					other.Add(1)
+				}
+			}()
+			for i := 0; i < len(hdr); i++ {
+				select {
+				case <-done:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte{hdr[i]}); err != nil {
+					break
+				}
+			}
+			<-done
+		})
+	}
+	time.Sleep(dur)
+	p.finish()
+	wg.Wait()
+	t.Logf("%d slowloris connections: %d got 408, %d closed, %d other; health %d/%d, predictions %d/%d, worst probe %v",
+		n, got408.Load(), closed.Load(), other.Load(), p.ok, p.checks, p.predictsOK, p.predicts, p.worst)
+	addReport("5 slowloris", fmt.Sprintf("## Slowloris\n\n%d connections send their headers one byte every 200 ms (`read_timeout: 2s`).\n\n"+
+		"| connections | answered 408 | closed without answer | other | health checks OK | predictions OK | worst probe |\n|---|---|---|---|---|---|---|\n"+
+		"| %d | %d | %d | %d | %d/%d | %d/%d | %v |\n", n, n, got408.Load(), closed.Load(), other.Load(), p.ok, p.checks, p.predictsOK, p.predicts, p.worst.Round(time.Millisecond)))
+	if p.fails > 0 || p.predictsOK < p.predicts {
+		t.Errorf("the server stopped serving under slowloris: %d health failures (%s), %d/%d predictions", p.fails, p.firstFail, p.predictsOK, p.predicts)
+	}
+	if got408.Load() == 0 || other.Load() > 0 {
+		t.Errorf("slow headers: %d answered 408, %d other answers", got408.Load(), other.Load())
+	}
+}
+
+// TestReliabilityIdleLockout: with max_connections 100, 150 clients open keep-alive
+// connections and go idle. New clients still get predictions and health checks: the idle
+// connections are closed first, and over the limit health stays reachable.
+func TestReliabilityIdleLockout(t *testing.T) {
+	img := rocket(t)
+	g := startGateway(t, shippedConfig(t, map[string]any{"server.max_connections": 100}))
+	addr := strings.TrimPrefix(g.url, "http://")
+	idle := pick(150, 300)
+	var conns []net.Conn
+	for range idle {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		io.WriteString(c, "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+			resp.Body.Close()
+		}
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	time.Sleep(1200 * time.Millisecond) // all idle now
+	ok, bad := 0, 0
+	var firstBad string
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range pick(20, 100) {
+		path, ct, body := "/predict/", "image/jpeg", img
+		if i%2 == 1 {
+			path, ct, body = "/v2/health/ready", "", nil
+		}
+		var resp *http.Response
+		var err error
+		if body != nil {
+			resp, err = client.Post(g.url+path, ct, bytes.NewReader(body))
+		} else {
+			resp, err = client.Get(g.url + path)
+		}
+		if err == nil && resp.StatusCode == 200 {
+			ok++
+		} else {
+			bad++
+			if firstBad == "" {
+				if err != nil {
+					firstBad = err.Error()
+				} else {
+					firstBad = resp.Status
+				}
+			}
+		}
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	evicted := g.metric("gateway_connections_closed_idle_total", "")
+	t.Logf("%d idle keep-alive connections at max_connections 100: %d/%d new requests answered 200, %v idle connections closed", idle, ok, ok+bad, evicted)
+	addReport("6 idle lockout", fmt.Sprintf("## Idle keep-alive lockout\n\n`max_connections: 100`; %d clients open keep-alive connections, make one request and go idle; "+
+		"then new clients alternate predictions and readiness checks, one connection each.\n\n"+
+		"| idle connections | new requests answered 200 | idle connections closed to admit them |\n|---|---|---|\n| %d | %d/%d | %.0f |\n",
+		idle, idle, ok, ok+bad, evicted))
+	if bad > 0 {
+		t.Errorf("%d of %d new requests failed with %d idle connections open (first: %s)", bad, ok+bad, idle, firstBad)
+	}
+}
