@@ -1,27 +1,56 @@
-# Multi-stage build: a Go build stage (cgo, libjpeg-turbo headers, the pinned ONNX Runtime
-# library) and a slim Debian runtime stage that runs as a non-root user.
-#   docker build -t imagegate .
-#   docker run --rm -p 8080:8080 imagegate
+# syntax=docker/dockerfile:1
+# imagegate's container: a Go + cgo build stage on Debian 12, and a runtime stage that is
+# exactly the file set scripts/rootfs.sh assembles (the binary, ONNX Runtime, the C libraries
+# ldd finds, the default model and config, a non-root user): ~56 MB uncompressed, no shell, no
+# package manager, no CA certificates. `make rootfs` assembles the same set here and
+# deploy/rootfs_test.go serves the default model from it (no Docker engine runs on our machines).
+#
+#   make image                      # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
+#   docker run --rm -p 8080:8080 imagegate:VERSION
+#   docker run --rm -p 8080:8080 -v $PWD/mymodel:/mnt/models imagegate:VERSION --model_dir=/mnt/models --model_name=mymodel --http_port=8080
+#
+# Each platform's build stage runs natively (under emulation for the other one with buildx):
+# the library closure is taken with that platform's ldd, and ONNX Runtime's pinned build for
+# that architecture is fetched (scripts/setup-onnxruntime.sh: x64 and arm64).
+#
+# Layers, slowest-changing first, so a source change reuses all but the last two: the
+# toolchain and the C libraries' -dev packages (the ones scripts/setup.sh installs: the rootfs
+# test checks), ONNX Runtime (depends only on its setup script), the Go modules (go.mod,
+# go.sum), then the source and the build.
 FROM golang:1.26-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends libturbojpeg0-dev npm ca-certificates curl \
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libjpeg62-turbo-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+COPY scripts/setup-onnxruntime.sh scripts/
+RUN ORT_DIR=/opt/onnxruntime scripts/setup-onnxruntime.sh
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN scripts/setup-onnxruntime.sh && CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/gateway ./cmd/gateway
+# The version the binary reports (/v2, the image label): make image passes git describe.
+ARG VERSION
+RUN test -n "$VERSION" || { echo 'build with --build-arg VERSION=$(git describe --always --dirty) (make image does)' >&2; exit 1; }
+RUN --mount=type=cache,target=/root/.cache/go-build \
+    ORT_DIR=/opt/onnxruntime VERSION="$VERSION" scripts/rootfs.sh /rootfs
 
-FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends libturbojpeg0 ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --no-create-home gateway
-COPY --from=build /src/.deps/onnxruntime/libonnxruntime.so.1.24.3 /usr/local/lib/libonnxruntime.so
-COPY --from=build /out/gateway /app/bin/gateway
-COPY models/mobilenet_v3_small /app/models/mobilenet_v3_small
-COPY configs/gateway.yaml /app/configs/gateway.yaml
-ENV ONNXRUNTIME_LIB=/usr/local/lib/libonnxruntime.so
-USER 10001
+# The runtime stage: nothing but the assembled file set, i.e. a Debian 12 base trimmed to the
+# libraries the gateway links. Not distroless/cc (~23 MB: the same glibc and libstdc++, plus
+# OpenSSL, CA certificates and tzdata we never use): this way the stage is assembled and run
+# offline by `make rootfs` and its test, with the very libraries the build stage compiled
+# against. The price: Debian's security fixes arrive by rebuilding (the golang:1.26-bookworm
+# base is refreshed upstream), not by pulling a new base. Keep this stage to the COPY of
+# /rootfs and metadata: deploy/rootfs_test.go checks that, and runs the gateway with this
+# stage's USER, WORKDIR, ENV, ENTRYPOINT and CMD.
+FROM scratch
+ARG VERSION
+COPY --from=build /rootfs/ /
+USER 65532:65532
 WORKDIR /app
 EXPOSE 8080
+LABEL org.opencontainers.image.title="imagegate" \
+      org.opencontainers.image.description="Dynamic-batching inference gateway for ONNX image classifiers" \
+      org.opencontainers.image.version="$VERSION" \
+      org.opencontainers.image.licenses="see /usr/share/doc/*/copyright"
 HEALTHCHECK --interval=10s --timeout=2s CMD ["/app/bin/gateway", "-healthcheck", "http://127.0.0.1:8080/v2/health/ready"]
-ENTRYPOINT ["/app/bin/gateway", "-config", "/app/configs/gateway.yaml", "-listen", "0.0.0.0:8080"]
+ENTRYPOINT ["/app/bin/gateway"]
+CMD ["-config", "/app/configs/gateway.yaml", "-listen", "0.0.0.0:8080"]

@@ -6,7 +6,7 @@ CONFIG ?= configs/gateway.yaml
 ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so
 export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 
-.PHONY: setup setup-test build run test fuzz bench check vet clean
+.PHONY: setup setup-test build run test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short
 
 setup:
 	scripts/setup.sh
@@ -39,6 +39,8 @@ test: setup-test build vet
 	GORACE=halt_on_error=1 GATEWAY_BIN=$(CURDIR)/bin/gateway-race $(GO) test -count=1 -timeout 10m ./cmd/gateway/
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
 	$(MAKE) fuzz FUZZTIME=10s
+	$(MAKE) deploy-test
+	$(MAKE) fleet-short
 
 FUZZTIME ?= 30s
 fuzz:
@@ -52,6 +54,44 @@ fuzz:
 # Debian and npm packages). N, RUNS, WARM, STEP, RATES, PEERS=0: see bench/run.sh.
 bench: setup
 	bench/run.sh
+
+# The reliability suite's long form against bin/gateway: slow bodies, PNG bombs, 4x overload,
+# SIGTERM under load, slowloris, idle lockout; checks the targets and writes docs/reliability.md
+# (about 4 minutes). `make test` runs the same scenarios in a short form.
+reliability: setup-test build
+	GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 30m -run 'Reliability' -v ./cmd/gateway \
+	  -reliability.long -reliability.report=$(CURDIR)/docs/reliability.md
+
+# The container's runtime file set, assembled by the same script the Dockerfile runs, with each
+# file's size and the total (the image's uncompressed size): bin/rootfs, bin/rootfs.files.
+rootfs:
+	VERSION=$(VERSION) scripts/rootfs.sh bin/rootfs
+
+# The multi-arch image. Needs a Docker engine with buildx (none runs on our machines: there,
+# make rootfs and deploy/rootfs_test.go prove the runtime stage).
+IMAGE ?= ghcr.io/imagegate/imagegate
+PLATFORMS ?= linux/amd64,linux/arm64
+image:
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+# The deployment files' checks (deploy/, a Go module of its own): every manifest and kustomize
+# rendering decoded strictly into the official types and validated with kubeconform against
+# deploy/schemas/, testdata/broken/ failing, and the gateway serving from the container's file set.
+deploy-test: build rootfs
+	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs $(GO) test -count=1 -timeout 10m ./...
+
+# The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
+# of the fleet's capacity, two rolling restarts under it (zero failed requests required), and
+# HAProxy's overhead; bin/fleet/fleet.md (docs/deploy.md). fleet-short is the ~1 minute form.
+fleet: build
+	scripts/fleet.sh
+
+fleet-short: build
+	scripts/fleet.sh -short
+
+# Regenerates deploy/schemas/ from the pinned Kubernetes, Prometheus Operator and KServe sources.
+deploy-schemas:
+	deploy/schemas/generate.sh
 
 clean:
 	rm -rf bin

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -35,9 +36,11 @@ type decodeGate struct {
 	head, tail *waiter
 	n          int
 	mem        *budget
-	svc        ewma // decode wall time, ns
+	decodeHeld int64 // bytes of the budget held by running decodes
+	svc        ewma  // decode wall time, ns
 
 	refused, shed, tooLarge uint64 // counters (under mu)
+	waiters                 sync.Pool
 }
 
 // heavyPixelBytes is the decoded size (width × height × channels × bytes per sample) above
@@ -54,11 +57,10 @@ type waiter struct {
 	queued     bool
 }
 
-var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan error, 1)} }}
-
 func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
 	g := &decodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
 	g.svc.alpha = 0.1
+	g.waiters.New = func() any { return &waiter{ready: make(chan error, 1)} }
 	mem.released = g.kick
 	return g
 }
@@ -84,6 +86,11 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		g.mu.Unlock()
 		return errOverloaded
 	}
+	if !g.mayFit(cost) {
+		g.refused++
+		g.mu.Unlock()
+		return errMemory
+	}
 	svc := g.svc.duration()
 	// Predicted: the decodes ahead spread over the workers, then this one, then downstream.
 	wait := time.Duration(int64(g.n+g.busy) * int64(svc) / int64(g.workers))
@@ -92,9 +99,12 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		g.mu.Unlock()
 		return errShed
 	}
-	w := waiterPool.Get().(*waiter)
+	w := g.waiters.Get().(*waiter)
 	w.deadline, w.cost, w.heavy, w.downstream = deadline, cost, heavy, downstream
 	g.push(w)
+	if g.busy < g.workers {
+		g.dispatch() // a free worker the waiters ahead cannot use (heavy, memory) may be ours
+	}
 	g.mu.Unlock()
 
 	var err error
@@ -115,7 +125,7 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		err = ctx.Err()
 	}
 	w.downstream = nil
-	waiterPool.Put(w)
+	g.waiters.Put(w)
 	return err
 }
 
@@ -124,6 +134,7 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
 	g.mu.Lock()
 	g.busy--
+	g.decodeHeld -= cost
 	if heavy {
 		g.heavy--
 	}
@@ -150,6 +161,7 @@ func (g *decodeGate) tryTake(cost int64, heavy bool) bool {
 		return false
 	}
 	g.busy++
+	g.decodeHeld += cost
 	if heavy {
 		g.heavy++
 	}
@@ -168,6 +180,10 @@ func (g *decodeGate) dispatch() {
 			g.remove(w)
 			g.shed++
 			w.ready <- errShed
+		case !g.mayFit(w.cost):
+			g.remove(w)
+			g.refused++
+			w.ready <- errMemory
 		case g.tryTake(w.cost, w.heavy):
 			g.remove(w)
 			w.ready <- nil
@@ -176,6 +192,15 @@ func (g *decodeGate) dispatch() {
 		w = next
 	}
 }
+
+// mayFit reports whether cost bytes can fit the budget once the running decodes release
+// theirs: memory held by other stages (bodies, rows) is not waited for. g.mu held.
+func (g *decodeGate) mayFit(cost int64) bool {
+	return g.mem.used.Load()-g.decodeHeld+cost <= g.mem.limit
+}
+
+// errMemory: the memory budget is held by other requests' bodies and rows.
+var errMemory = fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
 
 func (g *decodeGate) push(w *waiter) {
 	w.prev, w.next, w.queued = g.tail, nil, true

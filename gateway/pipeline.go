@@ -228,6 +228,9 @@ func (r *request) decodeImage(i int, img []byte) error {
 	downstream := func() time.Duration { d, _ := m.impl.predict(r.priority); return d }
 	if err := s.gate.acquire(r.rctx, r.deadline, cost, heavy, downstream); err != nil {
 		switch {
+		case errors.Is(err, errMemory):
+			s.met.refusals[refuseMemory].Inc()
+			return err
 		case errors.Is(err, errOverloaded):
 			s.met.refusals[refuseDecodeQueue].Inc()
 			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", err, s.opts.DecodeQueue)

@@ -2,7 +2,7 @@
 # Sets up a Debian 12 machine (as root, or with sudo) to build and run the gateway:
 #   scripts/setup.sh          build and run dependencies
 #   scripts/setup.sh test     also what the test suite needs (headless Chromium for the
-#                             load generator's HTML report test)
+#                             load generator's HTML report test, HAProxy for the fleet test)
 # It is idempotent: packages already installed are not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ "${1:-}" = test ]; then
-  pkgs+=(chromium)
+  pkgs+=(chromium haproxy)
 fi
 
 missing=()

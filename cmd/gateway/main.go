@@ -1,6 +1,7 @@
 // Command gateway serves ONNX image classifiers over HTTP with dynamic batching.
 //
 //	gateway -config configs/gateway.yaml [-listen HOST:PORT] [-check]
+//	gateway --model_dir=/mnt/models --model_name=NAME [--http_port=8080]   (KServe: kserve.go)
 //
 // main only wires the components and runs the lifecycle: load and validate the config (-check
 // exits here, after loading every model once), create the ONNX Runtime sessions, the batchers
@@ -33,20 +34,25 @@ func main() {
 	listen := flag.String("listen", "", "HOST:PORT to listen on (overrides server.listen)")
 	check := flag.Bool("check", false, "validate the configuration and load every model, then exit")
 	health := flag.String("healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks)")
+	modelDir := addModelDirFlags(flag.CommandLine) // KServe's -model_dir, -model_name, -http_port: kserve.go
 	flag.Parse()
 	if *health != "" {
 		os.Exit(healthcheck(*health))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*configPath, *listen, *check, log); err != nil {
+	load, source, addr, err := modelDir.loader(*configPath, *listen)
+	if err == nil {
+		err = run(load, source, addr, *check, log)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}
 }
 
-func run(configPath, listen string, check bool, log *slog.Logger) error {
+func run(load func(string) (*configs.Config, error), configPath, listen string, check bool, log *slog.Logger) error {
 	start := time.Now()
-	cfg, err := configs.Load(configPath)
+	cfg, err := load(configPath)
 	if err != nil {
 		return err
 	}

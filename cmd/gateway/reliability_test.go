@@ -509,7 +509,7 @@ type recorder struct {
 	body                                    []byte
 	written, answered, lost, connectRefused atomic.Int64
 	skipped                                 atomic.Int64 // every worker busy: not sent
-	codes                                   sync.Map // status -> *atomic.Int64
+	codes                                   sync.Map     // status -> *atomic.Int64
 	firstLost                               atomic.Value
 }
 

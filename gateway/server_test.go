@@ -1,0 +1,524 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/png"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/preprocess"
+)
+
+// These tests exercise the gateway's routing, error mapping, metrics and admission with a
+// fake Runner over an in-memory listener: no ONNX Runtime, no network. (cmd/gateway tests the
+// real binary with the real runtime.)
+
+// fakeRunner answers, for each row, classes scores: score k = mean(row) + k/1000, so each
+// request's answer depends on its own image. With gate set, Run waits for a receive on it.
+type fakeRunner[T Elem] struct {
+	rowLen, classes, maxBatch int
+	in                        []T
+	out                       []float32
+	gate                      chan struct{}
+	runs                      chan int // batch sizes, when set
+	fail                      error
+}
+
+func newFake[T Elem](rowLen, classes, maxBatch int) *fakeRunner[T] {
+	return &fakeRunner[T]{rowLen: rowLen, classes: classes, maxBatch: maxBatch,
+		in: make([]T, rowLen*maxBatch), out: make([]float32, classes*maxBatch)}
+}
+
+func (f *fakeRunner[T]) Input(i int) []T { return f.in[i*f.rowLen : (i+1)*f.rowLen] }
+func (f *fakeRunner[T]) Classes() int    { return f.classes }
+func (f *fakeRunner[T]) RowLen() int     { return f.rowLen }
+func (f *fakeRunner[T]) MaxBatchSize() int {
+	return f.maxBatch
+}
+
+func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
+	if f.gate != nil {
+		<-f.gate
+	}
+	if f.runs != nil {
+		f.runs <- n
+	}
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	for i := range n {
+		sum := 0.0
+		for _, v := range f.Input(i) {
+			sum += float64(v)
+		}
+		mean := float32(sum / float64(f.rowLen))
+		for k := range f.classes {
+			f.out[i*f.classes+k] = mean + float32(k)/1000
+		}
+	}
+	return f.out[:n*f.classes], nil
+}
+
+const side = 8 // the fake model's input: 8x8 RGB
+
+func testOptions() Options {
+	return Options{
+		MaxBodyBytes: 1 << 20, MaxInflightBytes: 64 << 20, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		IdleTimeout: 5 * time.Second, DecodeWorkers: 2, DecodeQueue: 8, MaxConnections: 64, QueueFullStatus: 503, RetryAfter: time.Second,
+	}
+}
+
+func modelOpts(name string, runners Runners) ModelOptions {
+	return ModelOptions{
+		Name: name, Labels: []string{"a", "b", "c"}, InputName: "input", OutputName: "output",
+		Preprocess:     preprocess.Options{Width: side, Height: side, Resize: side, Mode: preprocess.ModeStretch, Scale: preprocess.ScaleRaw},
+		Batching:       batcher.Config{MaxBatchSize: 4, MaxQueueSize: 8},
+		DefaultTimeout: 10 * time.Second,
+		Runners:        runners,
+	}
+}
+
+// testServer serves s on an in-memory listener and returns a client for it.
+type testServer struct {
+	t      *testing.T
+	s      *Server
+	ln     *fasthttputil.InmemoryListener
+	client *fasthttp.Client
+	served chan error
+}
+
+func serve(t *testing.T, s *Server) *testServer {
+	t.Helper()
+	ln := fasthttputil.NewInmemoryListener()
+	ts := &testServer{t: t, s: s, ln: ln, served: make(chan error, 1),
+		client: &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }, ReadTimeout: 20 * time.Second}}
+	go func() { ts.served <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		<-ts.served
+	})
+	return ts
+}
+
+type reply struct {
+	status int
+	header map[string]string
+	body   []byte
+}
+
+func (ts *testServer) do(method, path, ct string, body []byte, hdr ...string) reply {
+	ts.t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw" + path)
+	req.Header.SetMethod(method)
+	if ct != "" {
+		req.Header.SetContentType(ct)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	req.SetBody(body)
+	if err := ts.client.Do(req, resp); err != nil {
+		return reply{status: -1, body: []byte(err.Error())}
+	}
+	r := reply{status: resp.StatusCode(), header: map[string]string{}, body: append([]byte(nil), resp.Body()...)}
+	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection"} {
+		if v := resp.Header.Peek(k); v != nil {
+			r.header[k] = string(v)
+		}
+	}
+	return r
+}
+
+// metric returns a series' value from /metrics, or -1 when it is absent.
+func (ts *testServer) metric(series string) float64 {
+	ts.t.Helper()
+	var b bytes.Buffer
+	ts.s.WriteMetrics(&b)
+	for line := range strings.Lines(b.String()) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return -1
+}
+
+// solidPNG is a w x h PNG of one gray level.
+func solidPNG(t testing.TB, w, h int, v uint8) []byte {
+	img := image.NewGray(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = v
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func newTestServer(t *testing.T, o Options, models ...ModelOptions) *testServer {
+	t.Helper()
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range models {
+		if err := s.AddModel(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return serve(t, s)
+}
+
+func TestRoutingAndAnswers(t *testing.T) {
+	f := newFake[float32](3*side*side, 3, 4)
+	u8 := newFake[uint8](3*side*side, 3, 4)
+	v2 := modelOpts("m", RunnersOf[float32]{f})
+	v2.Version = "2"
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}), v2,
+		modelOpts("bytes", RunnersOf[uint8]{u8}))
+	img := solidPNG(t, 20, 10, 100)
+	js, _ := json.Marshal(map[string]string{"image": base64.StdEncoding.EncodeToString(img)})
+
+	// The article's API: raw and JSON bodies, on the default model (newest version) and by name.
+	for _, c := range []struct{ path, ct string }{{"/predict/", "image/png"}, {"/predict", "application/json"}, {"/models/m/predict?top_k=2", "image/png"}} {
+		body := img
+		if c.ct == "application/json" {
+			body = js
+		}
+		r := ts.do("POST", c.path, c.ct, body)
+		var p struct {
+			Prediction string
+			TopK       []struct{ Score float64 } `json:"top_k"`
+		}
+		if r.status != 200 || json.Unmarshal(r.body, &p) != nil || p.Prediction != "c" {
+			t.Fatalf("%s: %d %s", c.path, r.status, r.body)
+		}
+		if strings.Contains(c.path, "top_k") && (len(p.TopK) != 2 || p.TopK[0].Score <= p.TopK[1].Score || math.Abs(p.TopK[0].Score+p.TopK[1].Score-0.667) > 0.01) {
+			t.Fatalf("top_k: %s", r.body)
+		}
+	}
+	// A uint8 model gets raw pixels: mean 100.
+	r := ts.do("POST", "/v2/models/bytes/infer", "application/json",
+		[]byte(`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["`+base64.StdEncoding.EncodeToString(img)+`"]}]}`))
+	if r.status != 200 || !strings.Contains(string(r.body), `"data":[100,100.001,100.002]`) || !strings.Contains(string(r.body), `"model_version":"1"`) {
+		t.Fatalf("uint8 v2 infer: %d %s", r.status, r.body)
+	}
+	// Versions: the newest by default, an existing one by path, a 404 for others.
+	if r := ts.do("GET", "/v2/models/m", "", nil); r.status != 200 || !strings.Contains(string(r.body), `"versions":["1","2"]`) {
+		t.Fatalf("metadata: %d %s", r.status, r.body)
+	}
+	if r := ts.do("GET", "/v2/models/m/versions/1/ready", "", nil); r.status != 200 {
+		t.Fatalf("version 1 ready: %d %s", r.status, r.body)
+	}
+	if r := ts.do("GET", "/v2/models/m/versions/999", "", nil); r.status != 404 || !strings.Contains(string(r.body), `"error"`) {
+		t.Fatalf("version 999: %d %s", r.status, r.body)
+	}
+	// The tensor interface lists one FP32 input of the model's shape.
+	if r := ts.do("GET", "/v2/models/m.tensor", "", nil); r.status != 200 || !strings.Contains(string(r.body), `"datatype":"FP32","name":"input","shape":[-1,3,8,8]`) ||
+		strings.Contains(string(r.body), "BYTES") {
+		t.Fatalf("tensor metadata: %d %s", r.status, r.body)
+	}
+	// Routing errors.
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/predict/", 405}, {"POST", "/models/none/predict", 404}, {"GET", "/models/m/predict", 405},
+		{"GET", "/v2/models/m/infer", 405}, {"POST", "/v2/models/none/infer", 404}, {"GET", "/nowhere", 404},
+		{"GET", "/v2/models/m/versions/", 404}, {"POST", "/v2/health/ready", 200}, {"GET", "/", 200},
+	} {
+		if r := ts.do(c.method, c.path, "image/png", nil); r.status != c.want {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, r.status, r.body, c.want)
+		} else if c.want == 405 && r.header["Allow"] == "" {
+			t.Errorf("%s %s: 405 without Allow", c.method, c.path)
+		}
+	}
+	// Metrics: every answer counted once, by model, version and code.
+	if v := ts.metric(`gateway_requests_total{model="m",version="2",code="200"}`); v != 3 {
+		t.Errorf("requests_total{m,2,200} = %v, want 3", v)
+	}
+	if v := ts.metric(`gateway_requests_total{model="m",version="2",code="405"}`); v != 2 {
+		t.Errorf("requests_total{m,2,405} = %v, want 2", v)
+	}
+	// (an unknown version counts as an unknown model: version labels stay a closed set)
+	if v := ts.metric(`gateway_requests_total{model="_unknown",version="",code="404"}`); v != 3 {
+		t.Errorf("requests_total{_unknown,404} = %v, want 3", v)
+	}
+	if v := ts.metric(`gateway_request_failures_total{model="_unknown",version="",reason="not_found"}`); v != 3 {
+		t.Errorf("failures{_unknown,not_found} = %v, want 3", v)
+	}
+	if v := ts.metric(`gateway_batch_items_total{model="bytes",version="1"}`); v != 1 {
+		t.Errorf("batch_items{bytes} = %v", v)
+	}
+}
+
+func TestClassifyMapsEveryError(t *testing.T) {
+	s := &Server{opts: Options{QueueFullStatus: 429}}
+	for _, c := range []struct {
+		err    error
+		status int
+		reason string
+	}{
+		{bodyErr("x"), 400, reasonBadInput},
+		{fmt.Errorf("y: %w", preprocess.ErrBadImage), 400, reasonBadInput},
+		{preprocess.ErrUnsupportedFormat, 415, reasonBadInput},
+		{errUnsupportedMedia, 415, reasonBadInput},
+		{preprocess.ErrTooLarge, 413, reasonBadInput},
+		{errBodyTooLarge, 413, reasonBadInput},
+		{errTooLarge, 413, reasonBadInput},
+		{errNotFound, 404, reasonNotFound},
+		{errMethod, 405, reasonNotFound},
+		{errQueueFull, 429, reasonQueueFull},
+		{batcher.ErrQueueFull, 429, reasonQueueFull},
+		{errShed, 503, reasonShed},
+		{batcher.ErrWouldMissDeadline, 503, reasonShed},
+		{errOverloaded, 503, reasonOverloaded},
+		{errDraining, 503, reasonDraining},
+		{batcher.ErrClosed, 503, reasonDraining},
+		{errReadTimeout, 408, reasonTimeout},
+		{context.DeadlineExceeded, 504, reasonTimeout},
+		{errClientGone, 499, reasonCanceled},
+		{context.Canceled, 499, reasonCanceled},
+		{&batcher.RunError{Err: errors.New("boom")}, 500, reasonInternal},
+	} {
+		status, reason := s.classify(fmt.Errorf("wrapped: %w", c.err))
+		if status != c.status || reason != c.reason {
+			t.Errorf("%v: %d %s, want %d %s", c.err, status, reason, c.status, c.reason)
+		}
+	}
+}
+
+func TestBadInputAndRunFailure(t *testing.T) {
+	f := newFake[float32](3*side*side, 3, 4)
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{f}))
+	for _, c := range []struct {
+		name, ct string
+		body     []byte
+		want     int
+	}{
+		{"not an image", "image/png", []byte("hello"), 415},
+		{"truncated png", "image/png", solidPNG(t, 20, 20, 1)[:40], 400},
+		{"bad json", "application/json", []byte(`{"image":`), 400},
+		{"bad base64", "application/json", []byte(`{"image":"!!"}`), 400},
+		{"text", "text/plain", []byte("x"), 415},
+		{"empty", "image/png", nil, 400},
+	} {
+		r := ts.do("POST", "/predict/", c.ct, c.body)
+		if r.status != c.want || !strings.HasPrefix(string(r.body), `{"error":`) {
+			t.Errorf("%s: %d %s, want %d", c.name, r.status, r.body, c.want)
+		}
+	}
+	// A body over max_body_bytes, declared: 413 before it is read.
+	if r := ts.do("POST", "/predict/", "image/png", make([]byte, 2<<20)); r.status != 413 {
+		t.Errorf("2 MiB body: %d %s", r.status, r.body)
+	}
+	// A gzip bomb: decompressed beyond max_body_bytes is a 413 too.
+	var z bytes.Buffer
+	zw := newGzip(&z)
+	zw.Write(make([]byte, 4<<20))
+	zw.Close()
+	if r := ts.do("POST", "/predict/", "image/png", z.Bytes(), "Content-Encoding", "gzip"); r.status != 413 {
+		t.Errorf("gzip bomb: %d %s", r.status, r.body)
+	}
+	if r := ts.do("POST", "/predict/", "image/png", []byte("x"), "Content-Encoding", "br"); r.status != 415 {
+		t.Errorf("brotli: %d %s", r.status, r.body)
+	}
+	// A run that fails is a 500 for every request of its batch, and the server goes on.
+	f.fail = errors.New("device lost")
+	if r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 9, 9, 3)); r.status != 500 || !strings.Contains(string(r.body), "device lost") {
+		t.Errorf("failed run: %d %s", r.status, r.body)
+	}
+	f.fail = nil
+	if r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 9, 9, 3)); r.status != 200 {
+		t.Errorf("after a failed run: %d %s", r.status, r.body)
+	}
+	if v := ts.metric(`gateway_request_failures_total{model="m",version="1",reason="internal"}`); v != 1 {
+		t.Errorf("failures{internal} = %v", v)
+	}
+	if v := ts.metric(`gateway_request_failures_total{model="m",version="1",reason="bad_input"}`); v != 9 {
+		t.Errorf("failures{bad_input} = %v, want 9", v)
+	}
+}
+
+// TestAdmission: a full queue, a deadline that cannot be met and an exhausted memory budget
+// are refused at once, with Retry-After; the refused requests never run.
+func TestAdmission(t *testing.T) {
+	f := newFake[float32](3*side*side, 3, 1)
+	f.gate = make(chan struct{})
+	o := testOptions()
+	mo := modelOpts("m", RunnersOf[float32]{f})
+	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 2}
+	ts := newTestServer(t, o, mo)
+	img := solidPNG(t, 16, 16, 7)
+	// 1 running (blocked in Run) + 2 queued fill the model: max_queue_size plus a batch.
+	var wg sync.WaitGroup
+	results := make([]reply, 3)
+	for i := range results {
+		wg.Go(func() { results[i] = ts.do("POST", "/predict/", "image/png", img) })
+	}
+	waitUntil(t, func() bool { return ts.metric(`gateway_pending_samples{model="m",version="1"}`) == 3 })
+	r := ts.do("POST", "/predict/", "image/png", img)
+	if r.status != 503 || r.header["Retry-After"] != "1" || !strings.Contains(string(r.body), "max_queue_size") {
+		t.Fatalf("full queue: %d %v %s", r.status, r.header, r.body)
+	}
+	for range 3 {
+		f.gate <- struct{}{}
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.status != 200 {
+			t.Fatalf("queued request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if v := ts.metric(`gateway_request_failures_total{model="m",version="1",reason="queue_full"}`); v != 1 {
+		t.Errorf("failures{queue_full} = %v", v)
+	}
+	// A deadline shorter than the predicted run time, once runs have been measured: refused
+	// before its body is decoded.
+	f.gate = nil
+	for range 4 {
+		ts.do("POST", "/predict/", "image/png", img)
+	}
+	f.gate = make(chan struct{})
+	go func() { time.Sleep(30 * time.Millisecond); close(f.gate) }()
+	// (the fake runs in about no time, so only a deadline already passed is sure to miss)
+	if r := ts.do("POST", "/predict/", "image/png", img, "X-Request-Timeout", "0.000001"); r.status != 503 && r.status != 504 {
+		t.Fatalf("a 1 ns deadline: %d %s", r.status, r.body)
+	}
+}
+
+func TestMemoryBudgetRefusesAtOnce(t *testing.T) {
+	o := testOptions()
+	o.MaxInflightBytes = 8 << 20
+	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	s := ts.s
+	if !s.mem.reserve(8<<20 - 1000) { // held by "other requests"
+		t.Fatal("reserve")
+	}
+	r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1))
+	if r.status != 503 || r.header["Retry-After"] == "" || !strings.Contains(string(r.body), "max_inflight_bytes") {
+		t.Fatalf("budget exhausted: %d %v %s", r.status, r.header, r.body)
+	}
+	s.mem.release(8<<20 - 1000)
+	if r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1)); r.status != 200 {
+		t.Fatalf("budget free: %d %s", r.status, r.body)
+	}
+	if s.mem.used.Load() != 0 {
+		t.Fatalf("%d bytes still reserved after every request finished", s.mem.used.Load())
+	}
+	if v := ts.metric(`gateway_refusals_total{stage="memory"}`); v != 1 {
+		t.Errorf("refusals{memory} = %v", v)
+	}
+}
+
+// TestV2BinaryAndClassification: binary tensor data in and out, and the classification
+// extension, through the whole pipeline.
+func TestV2BinaryAndClassification(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	img1, img2 := solidPNG(t, 10, 10, 10), solidPNG(t, 10, 10, 20)
+	var bin []byte
+	for _, im := range [][]byte{img1, img2} {
+		bin = binary.LittleEndian.AppendUint32(bin, uint32(len(im)))
+		bin = append(bin, im...)
+	}
+	hdr := fmt.Sprintf(`{"id":"r1","inputs":[{"name":"input","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":%d}}],`+
+		`"outputs":[{"name":"output","parameters":{"binary_data":true}},{"name":"output","parameters":{"classification":2}}]}`, len(bin))
+	r := ts.do("POST", "/v2/models/m/infer", "application/octet-stream", append([]byte(hdr), bin...),
+		"Inference-Header-Content-Length", fmt.Sprint(len(hdr)))
+	if r.status != 200 {
+		t.Fatalf("binary infer: %d %s", r.status, r.body)
+	}
+	var hl int
+	fmt.Sscan(r.header["Inference-Header-Content-Length"], &hl)
+	if hl <= 0 || hl > len(r.body) {
+		t.Fatalf("Inference-Header-Content-Length %q for %d bytes", r.header["Inference-Header-Content-Length"], len(r.body))
+	}
+	var resp struct {
+		ID      string
+		Outputs []struct {
+			Name, Datatype string
+			Shape          []int
+			Data           []string
+			Parameters     struct {
+				BinaryDataSize int `json:"binary_data_size"`
+			}
+		}
+	}
+	if err := json.Unmarshal(r.body[:hl], &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ID != "r1" || len(resp.Outputs) != 2 || resp.Outputs[0].Parameters.BinaryDataSize != 2*3*4 || len(r.body)-hl != 2*3*4 {
+		t.Fatalf("binary response: %s", r.body[:hl])
+	}
+	scores := r.body[hl:]
+	for i, want := range []float32{10, 10.001, 10.002, 20, 20.001, 20.002} {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(scores[4*i:])); math.Abs(float64(got-want)) > 1e-4 {
+			t.Fatalf("score %d = %v, want %v", i, got, want)
+		}
+	}
+	cls := resp.Outputs[1]
+	if cls.Datatype != "BYTES" || fmt.Sprint(cls.Shape) != "[2 2]" || len(cls.Data) != 4 || cls.Data[0] != "10.002000:2:c" || cls.Data[1] != "10.001000:1:b" {
+		t.Fatalf("classification: %+v", cls)
+	}
+	// Nested JSON tensor data into the tensor interface, and its errors.
+	vals := make([]string, 3*side*side)
+	for i := range vals {
+		vals[i] = "0.5"
+	}
+	flat := strings.Join(vals, ",")
+	nested := "[" + strings.Join([]string{"[" + flat[:len(flat)] + "]"}, ",") + "]"
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{`{"inputs":[{"name":"input","shape":[1,3,8,8],"datatype":"FP32","data":[` + flat + `]}]}`, 200},
+		{`{"inputs":[{"name":"input","shape":[1,3,8,8],"datatype":"FP32","data":` + nested + `}]}`, 200},
+		{`{"inputs":[{"name":"input","shape":[1,3,8,8],"datatype":"FP32","data":[` + flat + `,1]}]}`, 400},
+		{`{"inputs":[{"name":"input","shape":[1,3,8,8],"datatype":"FP32","data":[1,2]}]}`, 400},
+		{`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["aGk="]}]}`, 400},
+		{`{"inputs":[{"name":"x","shape":[1,3,8,8],"datatype":"FP32","data":[1]}]}`, 400},
+		{`{"inputs":[{"name":"input","shape":[1,3,8,8],"datatype":"INT64","data":[1]}]}`, 400},
+		{`{"id":"` + strings.Repeat("x", 300) + `","inputs":[]}`, 400},
+	} {
+		r := ts.do("POST", "/v2/models/m.tensor/infer", "application/json", []byte(c.body))
+		if r.status != c.want {
+			t.Errorf("%.80s: %d %s, want %d", c.body, r.status, r.body, c.want)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newGzip(w *bytes.Buffer) *gzip.Writer { return gzip.NewWriter(w) }
