@@ -349,10 +349,6 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	switch {
 	case path == "/predict/" || path == "/predict":
-		if !ctx.IsPost() {
-			s.methodNotAllowed(ctx, "POST")
-			return
-		}
 		m, err := s.lookup(s.models.Load().first, "")
 		if err != nil {
 			ctx.Response.Header.Set("Retry-After", s.retryAfter)
@@ -360,13 +356,20 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		defer m.done()
+		if !ctx.IsPost() {
+			m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+			s.methodNotAllowed(ctx, "POST")
+			return
+		}
 		s.serveInference(ctx, m, predictAPI{})
 	case strings.HasPrefix(path, "/models/"):
 		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
 		m, err := s.lookup(name, "")
 		if err != nil {
 			s.drainBody(ctx)
-			s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
+			if tail == "predict" || tail == "predict/" { // inference requests are counted
+				s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
+			}
 			writeError(ctx, fasthttp.StatusNotFound, err.Error())
 			return
 		}

@@ -85,7 +85,9 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 	m, err := s.lookup(name, version)
 	if err != nil {
 		s.drainBody(ctx)
-		s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
+		if tail == "infer" { // inference requests are counted; metadata and readiness are not
+			s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
+		}
 		writeError(ctx, fasthttp.StatusNotFound, err.Error())
 		return
 	}
