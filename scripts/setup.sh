@@ -2,7 +2,8 @@
 # Sets up a Debian 12 machine (as root, or with sudo) to build and run the gateway:
 #   scripts/setup.sh          build and run dependencies
 #   scripts/setup.sh test     also what the test suite needs (headless Chromium for the
-#                             load generator's HTML report test, HAProxy for the fleet test)
+#                             load generator's HTML report test, HAProxy for the fleet test,
+#                             Prometheus's promtool and server for the metrics tests)
 # It is idempotent: packages already installed are not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ "${1:-}" = test ]; then
-  pkgs+=(chromium haproxy)
+  pkgs+=(chromium haproxy prometheus)
 fi
 
 missing=()
@@ -22,6 +23,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The tests run promtool and their own Prometheus on loopback; the service the package
+  # starts (listening on :9090) is not wanted.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && systemctl is-active -q prometheus 2>/dev/null; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 # Go 1.26 or newer: the one on PATH or in /usr/local/go, else the official toolchain from the
