@@ -7,7 +7,9 @@
 #   3. the in-process ceiling: our decode + preprocess + inference path, no HTTP (bench/ceiling)
 #   4. the gateway with batching off (max_batch_size: 1)
 #   5. the gateway with its shipped configuration (configs/gateway.yaml)
-# each warmed up, then RUNS runs of `ab -n N -c 50` and of `loadtest -n N -c 50`; medians.
+# each warmed up, then RUNS runs of `ab -n N -c 50` and of `loadtest -n N -c 50`; medians. In
+# each run of the shipped configuration, the same image also goes through the Open Inference
+# Protocol with binary tensor data (`loadtest -protocol v2 -binary`), beside the article's API.
 # Then the batching matrix: the gateway with batching off, a fixed window and the adaptive
 # window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
 # size from /metrics).
@@ -91,18 +93,30 @@ measure() {
          END {print rps, p50, p99, f + n}' "$WORK/$name.ab.$r" >>"$WORK/$name.ab"
     bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" >"$WORK/$name.lt.$r" 2>&1 || true
     if [ "$name" = gateway_best ]; then
+      # the same image as a v2 inference request with binary tensor data, on the same server
+      bin/loadtest -q -protocol v2 -binary -model "$MODEL" -n "$N" -c 50 -body "$PAYLOAD" "http://127.0.0.1:$PORT" >"$WORK/gateway_v2.lt.$r" 2>&1 || true
+      lt_row "$WORK/gateway_v2.lt.$r" >>"$WORK/gateway_v2.lt"
       # the in-process ceiling, run between the gateway's runs (the server idles meanwhile)
       # so that their ratio is measured side by side
       log "in-process ceiling, run $r/$RUNS"
       go test -run '^$' -bench Ceiling -benchtime "${N}x" ./bench/ceiling/ |
         awk '/images\/s/ {for (i=1;i<=NF;i++) if ($(i+1)=="images/s") print $i}' >>"$WORK/ceiling"
     fi
-    awk '/^Throughput:/ {rps=$2} /^Errors:/ {e=$2} /^  min/ {for (i=1;i<=NF;i++) {if ($i=="p50") p50=$(i+1); if ($i=="p99") p99=$(i+1)}}
-         END {print rps, p50, p99, e}' "$WORK/$name.lt.$r" >>"$WORK/$name.lt"
+    lt_row "$WORK/$name.lt.$r" >>"$WORK/$name.lt"
   done
   local rss; rss=$(peak_rss "$SPID")
   col() { awk -v c="$2" '{print $c}' "$WORK/$name.$1" | median; }
   echo "$(col ab 1) $(col ab 2) $(col ab 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.ab") $(col lt 1) $(col lt 2) $(col lt 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.lt") $rss $(cat "$WORK/$name.startup")" >"$WORK/$name.row"
+  if [ "$name" = gateway_best ]; then # the v2 row: loadtest only, same server and runs
+    name=gateway_v2
+    echo "- - - - $(col lt 1) $(col lt 2) $(col lt 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.lt") - -" >"$WORK/$name.row"
+  fi
+}
+
+# lt_row FILE: "req/s p50 p99 errors" from a loadtest summary
+lt_row() {
+  awk '/^Throughput:/ {rps=$2} /^Errors:/ {e=$2} /^  min/ {for (i=1;i<=NF;i++) {if ($i=="p50") p50=$(i+1); if ($i=="p99") p99=$(i+1)}}
+       END {print rps, p50, p99, e}' "$1"
 }
 
 gateway_config() { # NAME BATCHING RUNTIME: a copy of the shipped config with batching/runtime replaced
@@ -112,6 +126,7 @@ gateway_config() { # NAME BATCHING RUNTIME: a copy of the shipped config with ba
 }
 
 SHIPPED_BATCHING=$(sed -n 's/^    batching: //p' configs/gateway.yaml)
+MODEL=$(sed -n 's/^  - name: //p' configs/gateway.yaml | head -1)
 SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
 gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
@@ -135,7 +150,7 @@ go test -c -o /dev/null ./bench/ceiling/ # compiled before it is timed
 : >"$WORK/ceiling"
 start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
 measure gateway_best; stop
-servers+=(gateway_off gateway_best)
+servers+=(gateway_off gateway_best gateway_v2)
 
 # The load generator against ab and hey, on the same target, one after another; and its own
 # CPU use at an open-loop 1,000 req/s (GET /, which the gateway answers at that rate).
@@ -179,6 +194,7 @@ label() {
     node) echo "Node.js: sharp + onnxruntime-node, $(nproc) cluster workers, unbatched" ;;
     gateway_off) echo "imagegate, batching off (max_batch_size: 1)" ;;
     gateway_best) echo "imagegate, shipped config (configs/gateway.yaml)" ;;
+    gateway_v2) echo "imagegate, shipped config, Open Inference Protocol with binary tensor data (\`loadtest -protocol v2 -binary\`, same server and runs)" ;;
   esac
 }
 {
@@ -191,7 +207,9 @@ label() {
   echo "All serve the same model (models/mobilenet_v3_small, 1 intra-op thread per worker or session)."
   echo
   echo "Commands: \`ab -n $N -c 50 -p rime_5868.json -T application/json URL\` and"
-  echo "\`bin/loadtest -n $N -c 50 -body rime_5868.json URL\`."
+  echo "\`bin/loadtest -n $N -c 50 -body rime_5868.json URL\`; for the Open Inference Protocol row,"
+  echo "\`bin/loadtest -protocol v2 -binary -model $MODEL -n $N -c 50 -body rime_5868.json http://127.0.0.1:PORT\`"
+  echo "(the same image as a v2 request of one BYTES element, binary in and out)."
   echo
   echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | start-up ms |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -211,6 +229,7 @@ label() {
     echo "- imagegate shipped config / Node.js sharp + onnxruntime-node: $(ratio "$best" "$(awk '{print $1}' "$WORK/node.row")")"
   fi
   echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
+  echo "- Open Inference Protocol (binary) / the article's API, loadtest req/s in the same runs: $(ratio "$(awk '{print $5}' "$WORK/gateway_v2.row")" "$(awk '{print $5}' "$WORK/gateway_best.row")")"
   echo
   echo "How to read it: on CPU, decoding and resizing are most of a request's cost, so the gateway is"
   echo "measured against the in-process ceiling of its own work; the peers spend more CPU per image"
