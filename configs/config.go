@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 type Config struct {
 	Server      Server      `yaml:"server"`
 	ONNXRuntime ONNXRuntime `yaml:"onnxruntime"`
+	Repository  Repository  `yaml:"repository"`
 	Models      []Model     `yaml:"models"`
 
 	// explicitZero holds the keys the file set to zero explicitly: a zero that is not
@@ -61,6 +63,20 @@ type Server struct {
 	// DrainDelay: after SIGTERM readiness fails at once, but connections are still accepted and
 	// served this long (load balancers stop sending meanwhile), then the listener closes. 0: none.
 	DrainDelay Duration `yaml:"drain_delay"`
+	// AdminListen is the address of the admin API (the model repository: index, load, unload;
+	// reload). Default 127.0.0.1:8081 (loopback only); "off" disables the listener.
+	AdminListen string `yaml:"admin_listen"`
+	// AdminTokenFile, when set, names a file holding a bearer token: the admin API then
+	// requires "Authorization: Bearer <token>" on the admin listener, and is also served on the
+	// public listener to requests that carry it.
+	AdminTokenFile string `yaml:"admin_token_file"`
+}
+
+// Repository configures how the served models follow the configuration and their files.
+type Repository struct {
+	// Poll, when > 0, checks the configuration file and every model and label file this often
+	// and reloads what changed (as SIGHUP does). 0: no polling.
+	Poll Duration `yaml:"poll"`
 }
 
 // ONNXRuntime locates the ONNX Runtime shared library.
@@ -72,14 +88,29 @@ type ONNXRuntime struct {
 
 // Model configures one served model.
 type Model struct {
-	Name       string     `yaml:"name"`
-	Path       string     `yaml:"path"`
-	Labels     string     `yaml:"labels"`
-	Input      Input      `yaml:"input"`
-	Output     Output     `yaml:"output"`
-	Preprocess Preprocess `yaml:"preprocess"`
-	Batching   Batching   `yaml:"batching"`
-	Runtime    Runtime    `yaml:"runtime"`
+	Name string `yaml:"name"`
+	// Path is an ONNX file (served as version 1), or a model repository directory whose
+	// numeric subfolders hold the versions, Triton's layout: <path>/<version>/model.onnx (a
+	// version folder may hold its own labels.txt or labels.json).
+	Path string `yaml:"path"`
+	// VersionPolicy chooses the versions served from a repository directory.
+	VersionPolicy VersionPolicy `yaml:"version_policy"`
+	Labels        string        `yaml:"labels"`
+	Input         Input         `yaml:"input"`
+	Output        Output        `yaml:"output"`
+	Preprocess    Preprocess    `yaml:"preprocess"`
+	Batching      Batching      `yaml:"batching"`
+	Runtime       Runtime       `yaml:"runtime"`
+}
+
+// VersionPolicy is Triton's: at most one of Latest, All and Specific (default: latest 1).
+type VersionPolicy struct {
+	// Latest serves the N highest versions.
+	Latest int `yaml:"latest"`
+	// All serves every version.
+	All bool `yaml:"all"`
+	// Specific serves these versions.
+	Specific []int `yaml:"specific"`
 }
 
 // Input describes the model's image input.
@@ -251,6 +282,7 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.ONNXRuntime.Library = abs(c.ONNXRuntime.Library)
+	c.Server.AdminTokenFile = abs(c.Server.AdminTokenFile)
 	for i := range c.Models {
 		m := &c.Models[i]
 		m.Path = abs(m.Path)
@@ -285,6 +317,9 @@ func (c *Config) setDefaults() {
 	if s.DecodeQueue == 0 {
 		s.DecodeQueue = max(256, 128*s.DecodeWorkers)
 	}
+	if s.AdminListen == "" {
+		s.AdminListen = "127.0.0.1:8081"
+	}
 	if s.MaxInflightBytes == 0 {
 		s.MaxInflightBytes = ByteSize(min(max(MemoryLimit()/4, 64<<20), 1<<30))
 	}
@@ -313,6 +348,9 @@ func (c *Config) setDefaults() {
 		}
 		if m.Output.Name == "" {
 			m.Output.Name = "output"
+		}
+		if v := &m.VersionPolicy; v.Latest == 0 && !v.All && len(v.Specific) == 0 {
+			v.Latest = 1
 		}
 		p := &m.Preprocess
 		if p.Mode == "" {
@@ -374,6 +412,16 @@ func (c *Config) Validate() error {
 	s := &c.Server
 	if _, _, err := splitHostPort(s.Listen); err != nil {
 		bad("server.listen", "%v", err)
+	}
+	if s.AdminListen != "off" {
+		if _, _, err := splitHostPort(s.AdminListen); err != nil {
+			bad("server.admin_listen", "%v (or \"off\")", err)
+		} else if s.AdminListen == s.Listen {
+			bad("server.admin_listen", "must differ from server.listen (%s)", s.Listen)
+		}
+	}
+	if c.Repository.Poll < 0 {
+		bad("repository.poll", "must not be negative, got %s", c.Repository.Poll)
 	}
 	if s.MaxBodyBytes < 1024 {
 		bad("server.max_body_bytes", "must be at least 1KiB, got %d", s.MaxBodyBytes)
@@ -438,6 +486,14 @@ func (c *Config) Validate() error {
 		seen[m.Name] = true
 		if m.Path == "" {
 			bad(f+".path", "is required")
+		}
+		if v := m.VersionPolicy; (v.Latest > 0) && (v.All || len(v.Specific) > 0) || v.All && len(v.Specific) > 0 || v.Latest < 0 {
+			bad(f+".version_policy", "set one of latest (a positive count), all and specific")
+		}
+		for j, v := range m.VersionPolicy.Specific {
+			if v < 1 {
+				bad(fmt.Sprintf("%s.version_policy.specific[%d]", f, j), "versions are positive integers, got %d", v)
+			}
 		}
 		if m.Input.Width < 8 || m.Input.Width > 8192 {
 			bad(f+".input.width", "must be in [8, 8192], got %d", m.Input.Width)
@@ -612,4 +668,93 @@ func MemoryLimit() int64 {
 		}
 	}
 	return 4 << 30
+}
+
+// ModelVersion is one version of a model as its configuration and files name it.
+type ModelVersion struct {
+	Version string // "1", "2", ...
+	Path    string // the ONNX file
+	Labels  string // the label file
+}
+
+// Versions lists the versions of m to serve, by its path and version policy, in ascending
+// order. A file path is version 1. A directory holds the versions in
+// numeric subfolders (Triton's layout), each with model.onnx (or a single .onnx file) and
+// optionally its own labels.txt or labels.json; otherwise the model's labels (or a labels.txt or
+// labels.json beside the version folders) apply.
+func (m *Model) Versions() ([]ModelVersion, error) {
+	st, err := os.Stat(m.Path)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.Name, err)
+	}
+	if !st.IsDir() {
+		if m.Labels == "" {
+			return nil, fmt.Errorf("model %s: labels is required", m.Name)
+		}
+		return []ModelVersion{{Version: "1", Path: m.Path, Labels: m.Labels}}, nil
+	}
+	entries, err := os.ReadDir(m.Path)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.Name, err)
+	}
+	var nums []int
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n > 0 && e.IsDir() && strconv.Itoa(n) == e.Name() {
+			nums = append(nums, n)
+		}
+	}
+	slices.Sort(nums)
+	if len(nums) == 0 {
+		return nil, fmt.Errorf("model %s: %s has no version folder (1/, 2/, ... each with model.onnx)", m.Name, m.Path)
+	}
+	p := m.VersionPolicy
+	switch {
+	case p.All:
+	case len(p.Specific) > 0:
+		var keep []int
+		for _, v := range p.Specific {
+			if !slices.Contains(nums, v) {
+				return nil, fmt.Errorf("model %s: version_policy.specific names version %d; %s has %v", m.Name, v, m.Path, nums)
+			}
+			keep = append(keep, v)
+		}
+		slices.Sort(keep)
+		nums = slices.Compact(keep)
+	default:
+		nums = nums[max(0, len(nums)-max(p.Latest, 1)):]
+	}
+	defLabels := m.Labels
+	if defLabels == "" {
+		defLabels = firstExisting(filepath.Join(m.Path, "labels.txt"), filepath.Join(m.Path, "labels.json"))
+	}
+	var out []ModelVersion
+	for _, n := range nums {
+		dir := filepath.Join(m.Path, strconv.Itoa(n))
+		file := filepath.Join(dir, "model.onnx")
+		if _, err := os.Stat(file); err != nil {
+			onnx, _ := filepath.Glob(filepath.Join(dir, "*.onnx"))
+			if len(onnx) != 1 {
+				return nil, fmt.Errorf("model %s version %d: %s holds no model.onnx (nor exactly one .onnx file)", m.Name, n, dir)
+			}
+			file = onnx[0]
+		}
+		labels := firstExisting(filepath.Join(dir, "labels.txt"), filepath.Join(dir, "labels.json"))
+		if labels == "" {
+			labels = defLabels
+		}
+		if labels == "" {
+			return nil, fmt.Errorf("model %s version %d: no labels (set labels, or put labels.txt beside the version folders)", m.Name, n)
+		}
+		out = append(out, ModelVersion{Version: strconv.Itoa(n), Path: file, Labels: labels})
+	}
+	return out, nil
+}
+
+func firstExisting(paths ...string) string {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }

@@ -109,6 +109,29 @@ func (t *connTracker) closeIdle() {
 	}
 }
 
+// closeQuietNew closes new connections that have sent nothing for newIdleAfter (a drain is
+// ending: one that has not sent its request yet is not going to be served).
+func (t *connTracker) closeQuietNew() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	for c := range t.idle {
+		if c.requests == 0 && now.Sub(c.idleSince) >= newIdleAfter && !pendingInput(c) {
+			delete(t.idle, c)
+			c.evicted = true
+			t.open--
+			c.Conn.Close()
+		}
+	}
+}
+
+// count is the number of connections open.
+func (t *connTracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.open + t.overflow
+}
+
 func (t *connTracker) markIdle(c *conn, now time.Time) {
 	c.idleSince = now
 	t.idle[c] = struct{}{}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -50,6 +52,9 @@ var metricHelp = map[string]string{
 	"gateway_connections_idle":              "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
 	"gateway_ready":                         "1 when serving, 0 while draining.",
+	"gateway_reloads_total":                 "Reloads of the repository (SIGHUP, repository.poll, the admin API), by result: ok, or failed (a model failed to load; what was served stays).",
+	"gateway_model_load_failures_total":     "Model versions that failed to load, by model.",
+	"gateway_model_instances":               "ONNX Runtime sessions alive (every instance of every model version loaded or still closing).",
 	"gateway_build_info":                    "The gateway's version (label version), always 1.",
 }
 
@@ -69,18 +74,31 @@ var trackedCodes = []int{200, 400, 404, 405, 408, 413, 415, 429, 499, 500, 503, 
 
 // metricsRegistry holds every series of a server.
 type metricsRegistry struct {
-	set      *metrics.Set
-	mu       sync.Mutex
-	unknown  *requestMetrics // requests for models that do not exist
-	refusals map[string]*metrics.Counter
+	set       *metrics.Set
+	mu        sync.Mutex
+	models    map[string]*modelMetrics // by labels
+	unknown   *requestMetrics          // requests for models that do not exist
+	refusals  map[string]*metrics.Counter
+	reloads   map[bool]*metrics.Counter // by success
+	instances atomic.Int64              // runners (sessions) of the model generations alive
+}
+
+// loadFailure counts a model version that failed to load.
+func (r *metricsRegistry) loadFailure(name string) {
+	r.set.GetOrCreateCounter(fmt.Sprintf(`gateway_model_load_failures_total{model=%q}`, name)).Inc()
 }
 
 func newMetricsRegistry() *metricsRegistry {
-	r := &metricsRegistry{set: metrics.NewSet(), refusals: map[string]*metrics.Counter{}}
+	r := &metricsRegistry{set: metrics.NewSet(), refusals: map[string]*metrics.Counter{}, models: map[string]*modelMetrics{}}
 	r.unknown = newRequestMetrics(r.set, `model="_unknown",version=""`)
 	for _, st := range []string{refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
 		r.refusals[st] = r.set.NewCounter(fmt.Sprintf(`gateway_refusals_total{stage=%q}`, st))
 	}
+	r.reloads = map[bool]*metrics.Counter{
+		true:  r.set.NewCounter(`gateway_reloads_total{result="ok"}`),
+		false: r.set.NewCounter(`gateway_reloads_total{result="failed"}`),
+	}
+	r.set.NewGauge("gateway_model_instances", func() float64 { return float64(r.instances.Load()) })
 	return r
 }
 
@@ -154,9 +172,13 @@ func (rm *requestMetrics) observe(status int, reason string, d time.Duration) {
 	}
 }
 
-// modelMetrics are one model version's series.
+// modelMetrics are one model version's series. Successive generations of a version (a
+// reload replaces a changed model file) share them; the gauges read the generation serving.
 type modelMetrics struct {
-	names       []string // every series registered, to unregister them
+	key         string
+	gens        int                   // generations alive (under metricsRegistry.mu)
+	cur         atomic.Pointer[model] // the generation serving, for the gauges
+	names       []string              // every series registered, to unregister them
 	req         *requestMetrics
 	preprocess  *metrics.PrometheusHistogram
 	queueWait   *metrics.PrometheusHistogram
@@ -168,46 +190,67 @@ type modelMetrics struct {
 	dropped     map[batcher.DropReason]*metrics.Counter
 }
 
-// model registers a model version's series.
+// model returns a model version's series, registering them for its first generation.
 func (r *metricsRegistry) model(m *model) *modelMetrics {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	labels := fmt.Sprintf(`model=%q,version=%q`, m.name, m.version)
-	before := len(r.set.ListMetricNames())
-	mm := &modelMetrics{dropped: map[batcher.DropReason]*metrics.Counter{}}
+	if mm := r.models[labels]; mm != nil {
+		mm.gens++
+		return mm
+	}
+	mm := &modelMetrics{key: labels, gens: 1, dropped: map[batcher.DropReason]*metrics.Counter{}}
+	mm.cur.Store(m)
+	r.models[labels] = mm
 	set := r.set
 	l := "{" + labels + "}"
 	mm.req = newRequestMetrics(set, labels)
 	mm.preprocess = set.NewPrometheusHistogramExt("gateway_preprocess_duration_seconds"+l, latencyBuckets)
 	mm.queueWait = set.NewPrometheusHistogramExt("gateway_queue_wait_seconds"+l, latencyBuckets)
 	mm.inference = set.NewPrometheusHistogramExt("gateway_inference_duration_seconds"+l, latencyBuckets)
-	mm.batchSize = set.NewPrometheusHistogramExt("gateway_batch_size"+l, batchBuckets(m.maxBatch))
+	mm.batchSize = set.NewPrometheusHistogramExt("gateway_batch_size"+l, batchBuckets(4096))
 	mm.batches = set.NewCounter("gateway_batches_total" + l)
 	mm.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	mm.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
 	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed} {
 		mm.dropped[d] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{%s,reason=%q}`, labels, d.String()))
 	}
-	set.NewGauge("gateway_queue_length"+l, func() float64 { return float64(m.impl.queueLen()) })
-	set.NewGauge("gateway_queue_capacity"+l, func() float64 { return float64(m.queueCap - int64(m.maxBatch*m.instances)) })
-	set.NewGauge("gateway_pending_samples"+l, func() float64 { return float64(m.pending.Load()) })
-	set.NewGauge("gateway_max_batch_size"+l, func() float64 { return float64(m.maxBatch) })
-	set.NewGauge("gateway_adaptive_batch_cap"+l, func() float64 { return float64(m.impl.adaptiveCap()) })
+	gauge := func(name string, f func(m *model) float64) {
+		set.NewGauge(name+l, func() float64 {
+			if m := mm.cur.Load(); m != nil {
+				return f(m)
+			}
+			return 0
+		})
+	}
+	gauge("gateway_queue_length", func(m *model) float64 { return float64(m.impl.queueLen()) })
+	gauge("gateway_queue_capacity", func(m *model) float64 { return float64(m.queueCap - int64(m.maxBatch*m.instances)) })
+	gauge("gateway_pending_samples", func(m *model) float64 { return float64(m.pending.Load()) })
+	gauge("gateway_max_batch_size", func(m *model) float64 { return float64(m.maxBatch) })
+	gauge("gateway_adaptive_batch_cap", func(m *model) float64 { return float64(m.impl.adaptiveCap()) })
 	// The names just added: every name holding this model's labels.
 	for _, n := range r.set.ListMetricNames() {
-		if bytes.Contains([]byte(n), []byte(l[:len(l)-1])) {
+		if strings.Contains(n, l[:len(l)-1]) {
 			mm.names = append(mm.names, n)
 		}
 	}
-	_ = before
 	return mm
 }
 
-// dropModel unregisters a model version's series.
+// serving makes m the generation its version's gauges read.
+func (r *metricsRegistry) serving(m *model) { m.met.cur.Store(m) }
+
+// dropModel ends a generation; the version's series go with its last generation.
 func (r *metricsRegistry) dropModel(m *model) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range m.met.names {
+	mm := m.met
+	mm.cur.CompareAndSwap(m, nil)
+	if mm.gens--; mm.gens > 0 {
+		return
+	}
+	delete(r.models, mm.key)
+	for _, n := range mm.names {
 		r.set.UnregisterMetric(n)
 	}
 }

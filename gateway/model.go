@@ -39,6 +39,10 @@ type model struct {
 	met      *modelMetrics
 	impl     modelImpl
 	release  func()
+	// fingerprint identifies what the model was built from (see ModelSpec).
+	fingerprint string
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // modelImpl is the part of a model that depends on its input's element type.
@@ -46,6 +50,8 @@ type modelImpl interface {
 	// samples returns n pooled samples; release them with sampleSet.release.
 	samples(n int) sampleSet
 	predict(priority int) (time.Duration, bool)
+	// warm runs every instance once at the full batch size, before the model takes traffic.
+	warm() error
 	queueLen() int
 	adaptiveCap() int
 	close(ctx context.Context) error
@@ -99,6 +105,7 @@ func newModel(o ModelOptions, met *metricsRegistry) (*model, error) {
 	}
 	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
 	m.met = met.model(m)
+	met.instances.Add(int64(m.instances))
 	return m, nil
 }
 
@@ -135,6 +142,11 @@ func (m *model) rowBytes() int64 { return int64(m.rowLen * m.elemSize) }
 // close stops taking requests, waits for those in flight (until ctx ends), runs what is
 // queued, stops the batcher and releases the runners and the metric series.
 func (m *model) close(ctx context.Context, met *metricsRegistry) error {
+	m.closeOnce.Do(func() { m.closeErr = m.doClose(ctx, met) })
+	return m.closeErr
+}
+
+func (m *model) doClose(ctx context.Context, met *metricsRegistry) error {
 	m.closing.Store(true)
 	done := make(chan struct{})
 	go func() { m.refs.Wait(); close(done) }()
@@ -149,6 +161,7 @@ func (m *model) close(ctx context.Context, met *metricsRegistry) error {
 		m.release()
 	}
 	met.dropModel(m)
+	met.instances.Add(int64(-m.instances))
 	return err
 }
 
@@ -244,9 +257,18 @@ func (t *typedModel[T]) samples(n int) sampleSet {
 }
 
 func (t *typedModel[T]) predict(priority int) (time.Duration, bool) { return t.b.Predict(priority) }
-func (t *typedModel[T]) queueLen() int                              { return t.b.QueueLen() }
-func (t *typedModel[T]) adaptiveCap() int                           { return t.b.Stats().AdaptiveCap }
-func (t *typedModel[T]) close(ctx context.Context) error            { return t.b.Close(ctx) }
+
+func (t *typedModel[T]) warm() error {
+	for i, r := range t.runners {
+		if _, err := r.Run(t.m.maxBatch); err != nil {
+			return fmt.Errorf("instance %d: %w", i, err)
+		}
+	}
+	return nil
+}
+func (t *typedModel[T]) queueLen() int                   { return t.b.QueueLen() }
+func (t *typedModel[T]) adaptiveCap() int                { return t.b.Stats().AdaptiveCap }
+func (t *typedModel[T]) close(ctx context.Context) error { return t.b.Close(ctx) }
 
 // samplesOf is a request's samples for a model of element type T (pooled).
 type samplesOf[T Elem] struct {

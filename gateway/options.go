@@ -42,6 +42,9 @@ type Options struct {
 	// full; every refusal carries Retry-After: RetryAfter, in whole seconds (at least 1).
 	QueueFullStatus int
 	RetryAfter      time.Duration
+	// AdminToken, when set, is required as "Authorization: Bearer <token>" by the admin API
+	// (ServeAdmin), which is then also served on the public listener to requests carrying it.
+	AdminToken string
 	// Log receives the server's log lines (nil: slog.Default()).
 	Log *slog.Logger
 }

@@ -3,11 +3,11 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,8 +31,16 @@ type Server struct {
 	srv        *fasthttp.Server
 	retryAfter string
 
-	mu     sync.Mutex // serializes changes to models
-	models atomic.Pointer[modelTable]
+	repo     Repository
+	applyMu  sync.Mutex // serializes changes to models
+	models   atomic.Pointer[modelTable]
+	states   states
+	retiring sync.WaitGroup // models being closed after a reload or an unload
+	adminTok []byte         // sha256 of the admin bearer token; nil: none
+	adminMu  sync.Mutex
+	admin    *fasthttp.Server // the admin listener's server, once ServeAdmin runs
+	lnMu     sync.Mutex
+	lns      []net.Listener // the listeners Serve was given (wrapped)
 
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -51,8 +59,9 @@ type modelTable struct {
 	first  string // the default model of /predict/
 }
 
-// New builds a server with no model; it reports ready once a model is added.
-func New(opts Options) (*Server, error) {
+// New builds a server with no model; it reports ready once a model is loaded (AddModel, or
+// Reload from the repository). repo may be nil.
+func New(opts Options, repo Repository) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -66,6 +75,11 @@ func New(opts Options) (*Server, error) {
 		mem:        newBudget(opts.MaxInflightBytes),
 		gone:       newGoneWatcher(5 * time.Millisecond),
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
+		repo:       repo,
+	}
+	if opts.AdminToken != "" {
+		h := sha256.Sum256([]byte(opts.AdminToken))
+		s.adminTok = h[:]
 	}
 	s.abort, s.abortFn = context.WithCancelCause(context.Background())
 	s.gate = newDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
@@ -101,45 +115,34 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// AddModel loads a model version and starts serving it. The first model added is the default
-// of /predict/.
+// AddModel loads a model version beside those served (tests and simple embeddings; a server
+// with a Repository loads with Reload). The first model added is the default of /predict/.
 func (s *Server) AddModel(o ModelOptions) error {
-	if o.Name == "" {
-		return errors.New("gateway: a model needs a name")
+	if o.Version == "" {
+		o.Version = "1"
 	}
-	if strings.HasSuffix(o.Name, tensorSuffix) {
-		return fmt.Errorf("gateway: model name %q: the suffix %s names a model's tensor interface", o.Name, tensorSuffix)
-	}
-	m, err := newModel(o, s.met)
-	if err != nil {
+	if err := validModelName(o.Name); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.models.Load()
-	for _, v := range old.byName[m.name] {
-		if v.version == m.version {
-			m.close(context.Background(), s.met)
-			return fmt.Errorf("gateway: model %s version %s is already served", m.name, m.version)
+	var specs []ModelSpec
+	for _, m := range s.models.Load().byName[o.Name] {
+		if m.version == o.Version {
+			return fmt.Errorf("gateway: model %s version %s is already served", o.Name, o.Version)
 		}
+		specs = append(specs, ModelSpec{Name: m.name, Version: m.version, Fingerprint: m.fingerprint})
 	}
-	t := &modelTable{byName: make(map[string][]*model, len(old.byName)+1), first: old.first}
-	for k, v := range old.byName {
-		t.byName[k] = v
+	specs = append(specs, ModelSpec{Name: o.Name, Version: o.Version, Fingerprint: fmt.Sprintf("added %p", &o),
+		Load: func() (ModelOptions, error) { return o, nil }})
+	return s.apply(specs, o.Name)
+}
+
+func validModelName(name string) error {
+	if name == "" {
+		return errors.New("gateway: a model needs a name")
 	}
-	vs := append(slices.Clone(old.byName[m.name]), m)
-	slices.SortFunc(vs, func(a, b *model) int {
-		if versionLess(a.version, b.version) {
-			return -1
-		}
-		return 1
-	})
-	t.byName[m.name] = vs
-	if t.first == "" {
-		t.first = m.name
+	if strings.HasSuffix(name, tensorSuffix) {
+		return fmt.Errorf("gateway: model name %q: the suffix %s names a model's tensor interface", name, tensorSuffix)
 	}
-	s.models.Store(t)
-	s.ready.Store(!s.draining.Load())
 	return nil
 }
 
@@ -206,7 +209,14 @@ func (s *Server) WriteMetrics(w *bytes.Buffer) {
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(s.conns.listen(ln, s.retryAfter))
+	l := s.conns.listen(ln, s.retryAfter)
+	s.lnMu.Lock()
+	s.lns = append(s.lns, l)
+	s.lnMu.Unlock()
+	if s.draining.Load() {
+		l.Close()
+	}
+	return s.srv.Serve(l)
 }
 
 // Shutdown drains the server. Readiness turns 503 at once and every response carries
@@ -241,8 +251,19 @@ wait:
 	tick.Stop()
 	delay.Stop()
 	s.conns.closeIdle()
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- s.srv.ShutdownWithContext(context.WithoutCancel(ctx)) }()
+	// Stop accepting: the listener accepts what waits in its backlog first, and those
+	// connections are served. (Not fasthttp's Shutdown: it closes connections it sees idle
+	// even when a request has just arrived on them, and drops that request.)
+	s.lnMu.Lock()
+	for _, l := range s.lns {
+		l.Close()
+	}
+	s.lnMu.Unlock()
+	s.adminMu.Lock()
+	if s.admin != nil {
+		go s.admin.Shutdown()
+	}
+	s.adminMu.Unlock()
 	var errs []error
 	if !s.waitIdle(ctx) {
 		// Out of time: answer everyone still waiting (503 draining), then wait for those answers.
@@ -257,18 +278,19 @@ wait:
 			errs = append(errs, fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace))
 		}
 	}
-	// The answers are written; the connections close after them.
-	select {
-	case err := <-httpDone:
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			errs = append(errs, err)
-		}
-	case <-time.After(connCloseGrace):
-		// connections that stay open (a client reading slowly) do not hold up the exit
+	// The answers are written and carry Connection: close; the connections close after them.
+	// Those still open are idle (or a client reads slowly): idle ones are closed once no
+	// request is arriving on them. A connection still open after connCloseGrace does not hold
+	// up the exit.
+	for end := time.Now().Add(connCloseGrace); s.conns.count() > 0 && time.Now().Before(end); {
+		s.conns.closeIdle()
+		s.conns.closeQuietNew()
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := s.closeModels(context.Background()); err != nil {
 		errs = append(errs, err)
 	}
+	s.retiring.Wait()
 	s.gone.close()
 	return errors.Join(errs...)
 }

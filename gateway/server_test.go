@@ -180,7 +180,7 @@ func solidPNG(t testing.TB, w, h int, v uint8) []byte {
 
 func newTestServer(t *testing.T, o Options, models ...ModelOptions) *testServer {
 	t.Helper()
-	s, err := New(o)
+	s, err := New(o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,11 +369,11 @@ func TestBadInputAndRunFailure(t *testing.T) {
 // are refused at once, with Retry-After; the refused requests never run.
 func TestAdmission(t *testing.T) {
 	f := newFake[float32](3*side*side, 3, 1)
-	f.gate = make(chan struct{})
 	o := testOptions()
 	mo := modelOpts("m", RunnersOf[float32]{f})
 	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 2}
 	ts := newTestServer(t, o, mo)
+	f.gate = make(chan struct{})
 	img := solidPNG(t, 16, 16, 7)
 	// 1 running (blocked in Run) + 2 queued fill the model: max_queue_size plus a batch.
 	var wg sync.WaitGroup

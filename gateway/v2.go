@@ -41,7 +41,7 @@ var Version = "dev"
 const tensorSuffix = ".tensor"
 
 // v2Extensions are the protocol extensions the gateway supports.
-var v2Extensions = []string{"binary_tensor_data", "classification"}
+var v2Extensions = []string{"binary_tensor_data", "classification", "model_repository"}
 
 func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 	isGet := ctx.IsGet() || ctx.IsHead()
@@ -62,6 +62,8 @@ func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 		}
 	case strings.HasPrefix(path, "/v2/models/"):
 		s.handleV2Model(ctx, strings.TrimPrefix(path, "/v2/models/"), isGet)
+	case strings.HasPrefix(path, "/v2/repository"):
+		s.publicRepository(ctx, path)
 	default:
 		s.notFound(ctx, path)
 	}

@@ -87,12 +87,13 @@ func ortLib(t *testing.T) {
 }
 
 type gateway struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	url  string
-	logs *bytes.Buffer
-	mu   *sync.Mutex
-	done chan error
+	t     *testing.T
+	cmd   *exec.Cmd
+	url   string
+	admin string // the admin API's base URL (under mu)
+	logs  *bytes.Buffer
+	mu    *sync.Mutex
+	done  chan error
 }
 
 // defaultModelYAML is the committed default model's entry with batching overridden.
@@ -111,13 +112,18 @@ func defaultModelYAML(t *testing.T, batching string) string {
 
 func startGateway(t *testing.T, config string) *gateway {
 	t.Helper()
+	return startGatewayFile(t, filepath.Join(t.TempDir(), "gateway.yaml"), config)
+}
+
+// startGatewayFile starts the gateway on a config written to path (which a test may change).
+func startGatewayFile(t *testing.T, path, config string) *gateway {
+	t.Helper()
 	ortLib(t)
 	bin := gatewayBin(t)
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-config", path, "-listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "-config", path, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -130,10 +136,14 @@ func startGateway(t *testing.T, config string) *gateway {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		re := regexp.MustCompile(`msg=serving addr=(\S+)`)
+		reAdmin := regexp.MustCompile(`msg=admin addr=(\S+)`)
 		for sc.Scan() {
 			line := sc.Text()
 			g.mu.Lock()
 			g.logs.WriteString(line + "\n")
+			if m := reAdmin.FindStringSubmatch(line); m != nil {
+				g.admin = "http://" + m[1]
+			}
 			g.mu.Unlock()
 			if m := re.FindStringSubmatch(line); m != nil {
 				addr <- m[1]

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ func main() {
 	configPath := flag.String("config", "configs/gateway.yaml", "YAML configuration file")
 	listen := flag.String("listen", "", "HOST:PORT to listen on (overrides server.listen)")
 	check := flag.Bool("check", false, "validate the configuration and load every model, then exit")
+	adminListen := flag.String("admin-listen", "", `HOST:PORT of the admin API, or "off" (overrides server.admin_listen)`)
 	health := flag.String("healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks)")
 	modelDir := addModelDirFlags(flag.CommandLine) // KServe's -model_dir, -model_name, -http_port: kserve.go
 	flag.Parse()
@@ -42,7 +44,7 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	load, source, addr, err := modelDir.loader(*configPath, *listen)
 	if err == nil {
-		err = run(load, source, addr, *check, log)
+		err = run(load, source, addr, *adminListen, *check, log)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
@@ -50,67 +52,94 @@ func main() {
 	}
 }
 
-func run(load func(string) (*configs.Config, error), configPath, listen string, check bool, log *slog.Logger) error {
+func run(load func(string) (*configs.Config, error), configPath, listen, adminListen string, check bool, log *slog.Logger) error {
 	start := time.Now()
-	cfg, err := load(configPath)
+	repo := &repository{load: load, path: configPath, listen: listen, log: log}
+	cfg, err := repo.config()
 	if err != nil {
 		return err
 	}
-	if listen != "" {
-		cfg.Server.Listen = listen
-		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("-listen: %w", err)
-		}
+	if adminListen != "" {
+		cfg.Server.AdminListen = adminListen
 	}
 	lib := ort.FindLibrary(cfg.ONNXRuntime.Library)
 	if err := ort.Init(lib); err != nil {
 		return err
 	}
-	srv, err := gateway.New(serverOptions(cfg.Server, log))
+	token, err := adminToken(cfg.Server.AdminTokenFile)
 	if err != nil {
 		return err
 	}
-	// The server checks each model against its configuration (labels, preprocessing, input
-	// size), so -check builds it too, without listening.
-	for _, m := range cfg.Models {
-		mo, err := modelOptions(m)
-		if err == nil {
-			err = srv.AddModel(mo)
-		}
-		if err != nil {
-			srv.Shutdown(context.Background())
-			return fmt.Errorf("model %s (models[].path %s): %w", m.Name, m.Path, err)
-		}
+	srv, err := gateway.New(serverOptions(cfg.Server, token, log), repo)
+	if err != nil {
+		return err
+	}
+	closeNow := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // nothing was served: no drain to wait for
+		srv.Shutdown(ctx)
+	}
+	// Every model is loaded (and checked against its configuration: labels, preprocessing,
+	// input size) and warmed before the server listens; -check stops there.
+	if err := srv.Reload(); err != nil {
+		closeNow()
+		return err
 	}
 	if check {
 		for _, m := range cfg.Models {
 			fmt.Printf("ok: model %s (%s): %d instance(s), max batch %d\n", m.Name, m.Path, m.Runtime.Instances, m.Batching.MaxBatchSize)
 		}
 		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", configPath, ort.Version(), lib)
-		return srv.Shutdown(context.Background())
+		closeNow()
+		return nil
 	}
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
-		srv.Shutdown(context.Background())
+		closeNow()
 		return fmt.Errorf("cannot listen on %s (server.listen or -listen): %w", cfg.Server.Listen, err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if a := cfg.Server.AdminListen; a != "off" {
+		if aln, err := net.Listen("tcp", a); err != nil {
+			// Several gateways on one host: the second finds the default port taken. It
+			// serves without the admin API rather than not at all; SIGHUP still reloads.
+			log.Warn("admin API not served: cannot listen (set server.admin_listen or -admin-listen)", "addr", a, "err", err)
+		} else {
+			go srv.ServeAdmin(aln)
+			log.Info("admin", "addr", aln.Addr().String(), "token", token != "")
+		}
+	}
 	log.Info("serving", "addr", ln.Addr().String(), "models", len(cfg.Models), "onnxruntime", ort.Version(),
 		"startup", time.Since(start).Round(time.Millisecond))
 
+	stopPoll := make(chan struct{})
+	if d := cfg.Repository.Poll.D(); d > 0 {
+		go repo.poll(srv, d, stopPoll)
+	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case s := <-sig:
-		log.Info("draining", "signal", s.String(), "drain_delay", cfg.Server.DrainDelay.D(), "shutdown_timeout", cfg.Server.ShutdownTimeout.D())
-	case err := <-served:
-		if err != nil {
-			srv.Shutdown(context.Background())
-			return fmt.Errorf("serve: %w", err)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				t := time.Now()
+				err := srv.Reload()
+				log.Info("reloaded", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
+				continue
+			}
+			log.Info("draining", "signal", s.String(), "drain_delay", cfg.Server.DrainDelay.D(), "shutdown_timeout", cfg.Server.ShutdownTimeout.D())
+			break wait
+		case err := <-served:
+			if err != nil {
+				closeNow()
+				return fmt.Errorf("serve: %w", err)
+			}
 		}
 	}
 	signal.Stop(sig)
+	close(stopPoll)
 	stopStart := time.Now()
 	// shutdown_timeout bounds the wait for requests in flight, after drain_delay; then the
 	// requests still waiting are answered 503 and the server exits once all are answered.
@@ -133,8 +162,24 @@ func run(load func(string) (*configs.Config, error), configPath, listen string, 
 	return nil
 }
 
+// adminToken reads the admin bearer token from its file ("" when none is configured).
+func adminToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("server.admin_token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 {
+		return "", fmt.Errorf("server.admin_token_file %s: the token must be at least 16 characters", path)
+	}
+	return tok, nil
+}
+
 // serverOptions translates the YAML server section into the gateway's options.
-func serverOptions(c configs.Server, log *slog.Logger) gateway.Options {
+func serverOptions(c configs.Server, adminToken string, log *slog.Logger) gateway.Options {
 	return gateway.Options{
 		MaxBodyBytes:     int64(c.MaxBodyBytes),
 		MaxInflightBytes: int64(c.MaxInflightBytes),
@@ -147,6 +192,7 @@ func serverOptions(c configs.Server, log *slog.Logger) gateway.Options {
 		MaxConnections:   c.MaxConnections,
 		QueueFullStatus:  c.QueueFullStatus,
 		RetryAfter:       c.RetryAfter.D(),
+		AdminToken:       adminToken,
 		Log:              log,
 	}
 }

@@ -371,6 +371,7 @@ func (s *Session[T]) Close() error {
 	if s.sess != nil {
 		err := s.sess.Destroy()
 		s.sess = nil
+		trimHeap()
 		return err
 	}
 	return nil

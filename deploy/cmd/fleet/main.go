@@ -365,6 +365,7 @@ func gatewayConfig(o options, drain bool) string {
 server:
 %s  shutdown_timeout: %s
   decode_workers: 1
+  admin_listen: "off" # three replicas on one host: no admin API (the default port would clash)
 models:
   - name: mobilenet_v3_small
     path: %s/model.onnx

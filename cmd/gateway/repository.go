@@ -1,0 +1,178 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/imagegate/imagegate/configs"
+	"github.com/imagegate/imagegate/gateway"
+)
+
+// repository is the gateway's model repository over the configuration file: each call to
+// Specs reads the file again and lists every model version it names (a model's path is an ONNX
+// file, version 1, or a directory of numeric version folders, see configs.Model.Versions), with
+// a fingerprint of the version's configuration and of its model and label files' contents, so
+// that a reload rebuilds exactly what changed.
+type repository struct {
+	load   func(string) (*configs.Config, error)
+	path   string
+	listen string // -listen, which overrides server.listen
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	hashes  map[string]fileHash // by path
+	started *configs.Server     // the server section the process started with
+	last    string              // digest of the last specs polled
+}
+
+type fileHash struct {
+	size  int64
+	mtime time.Time
+	sum   string
+}
+
+// config reads the configuration (with -listen applied).
+func (r *repository) config() (*configs.Config, error) {
+	cfg, err := r.load(r.path)
+	if err != nil {
+		return nil, err
+	}
+	if r.listen != "" {
+		cfg.Server.Listen = r.listen
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("-listen: %w", err)
+		}
+	}
+	return cfg, nil
+}
+
+func (r *repository) Specs() ([]gateway.ModelSpec, error) {
+	cfg, err := r.config()
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.started == nil {
+		s := cfg.Server
+		r.started = &s
+	} else if !reflect.DeepEqual(*r.started, cfg.Server) {
+		r.log.Warn("the server section of the configuration changed: it applies after a restart (models reload now)", "config", r.path)
+	}
+	r.mu.Unlock()
+	var specs []gateway.ModelSpec
+	for _, m := range cfg.Models {
+		versions, err := m.Versions()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range versions {
+			mc := m
+			mc.Path, mc.Labels = v.Path, v.Labels
+			fp, err := r.fingerprint(mc)
+			if err != nil {
+				return nil, fmt.Errorf("model %s version %s: %w", m.Name, v.Version, err)
+			}
+			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
+				Load: func() (gateway.ModelOptions, error) { return modelOptions(mc) }})
+		}
+	}
+	return specs, nil
+}
+
+// fingerprint hashes a model version's configuration and the contents of its files.
+func (r *repository) fingerprint(m configs.Model) (string, error) {
+	h := sha256.New()
+	y, err := yaml.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	h.Write(y)
+	for _, p := range []string{m.Path, m.Labels} {
+		sum, err := r.fileSum(p)
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte(sum))
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fileSum is a file's sha256, cached by its size and modification time.
+func (r *repository) fileSum(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	if r.hashes == nil {
+		r.hashes = map[string]fileHash{}
+	}
+	c, ok := r.hashes[path]
+	r.mu.Unlock()
+	if ok && c.size == st.Size() && c.mtime.Equal(st.ModTime()) {
+		return c.sum, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	r.mu.Lock()
+	r.hashes[path] = fileHash{size: st.Size(), mtime: st.ModTime(), sum: sum}
+	r.mu.Unlock()
+	return sum, nil
+}
+
+// poll reloads the server when the repository's specs change (repository.poll).
+func (r *repository) poll(srv *gateway.Server, every time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	if specs, err := r.Specs(); err == nil {
+		r.last = digest(specs)
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		specs, err := r.Specs()
+		if err != nil {
+			r.log.Warn("repository poll: cannot read the repository", "err", err)
+			continue
+		}
+		d := digest(specs)
+		r.mu.Lock()
+		changed := d != r.last
+		r.last = d
+		r.mu.Unlock()
+		if changed {
+			start := time.Now()
+			err := srv.Reload()
+			r.log.Info("reloaded", "by", "repository.poll", "took", time.Since(start).Round(time.Millisecond), "err", err)
+		}
+	}
+}
+
+// digest sums what the specs name, to notice a change.
+func digest(specs []gateway.ModelSpec) string {
+	h := sha256.New()
+	for _, s := range specs {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\n", s.Name, s.Version, s.Fingerprint)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The admin API changes what the server serves, so it is not on the public listener by
+// default: ServeAdmin serves it on its own listener (server.admin_listen, loopback by default),
+// with a bearer token when one is configured; with a token, requests carrying it may also use
+// it on the public listener. It follows Triton's model repository extension:
+//
+//	POST /v2/repository/index                 every model version of the repository, with its
+//	                                          state (READY, LOADING, UNAVAILABLE) and reason;
+//	                                          body {"ready": true} lists the ready ones only
+//	POST /v2/repository/models/{name}/load    (re)load a model's versions from the repository
+//	POST /v2/repository/models/{name}/unload  retire every version of a model
+//	POST /v2/repository/reload                reload the whole repository (as SIGHUP does)
+//
+// plus health and /metrics on the admin listener.
+
+// ServeAdmin serves the admin API on ln until Shutdown.
+func (s *Server) ServeAdmin(ln net.Listener) error {
+	s.adminMu.Lock()
+	s.admin = &fasthttp.Server{
+		Handler:               s.handleAdmin,
+		Name:                  "imagegate-admin",
+		ReadTimeout:           s.opts.ReadTimeout,
+		WriteTimeout:          s.opts.WriteTimeout,
+		IdleTimeout:           s.opts.IdleTimeout,
+		MaxRequestBodySize:    1 << 20,
+		SecureErrorLogMessage: true,
+		Logger:                &httpLogger{log: s.log},
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, _ error) {
+			writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
+		},
+	}
+	srv := s.admin
+	s.adminMu.Unlock()
+	return srv.Serve(ln)
+}
+
+func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch {
+	case strings.HasPrefix(path, "/v2/repository"):
+		if s.adminTok != nil && !s.bearerOK(ctx) {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="imagegate admin"`)
+			writeError(ctx, fasthttp.StatusUnauthorized, "the admin API needs Authorization: Bearer <token> (server.admin_token_file)")
+			return
+		}
+		s.handleRepository(ctx, path)
+	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"):
+		s.handle(ctx)
+	default:
+		s.notFound(ctx, path)
+	}
+}
+
+// publicRepository serves the repository API on the public listener to requests carrying the
+// admin token; without a configured token it is not there.
+func (s *Server) publicRepository(ctx *fasthttp.RequestCtx, path string) {
+	if s.adminTok == nil {
+		writeError(ctx, fasthttp.StatusNotFound, "not found: the model repository API is served on server.admin_listen")
+		return
+	}
+	if !s.bearerOK(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="imagegate admin"`)
+		writeError(ctx, fasthttp.StatusUnauthorized, "the model repository API needs Authorization: Bearer <token>")
+		return
+	}
+	s.handleRepository(ctx, path)
+}
+
+// bearerOK compares the request's bearer token with the admin token in constant time (both
+// hashed first, so that neither their contents nor their lengths leak through timing).
+func (s *Server) bearerOK(ctx *fasthttp.RequestCtx) bool {
+	auth := ctx.Request.Header.Peek("Authorization")
+	tok, ok := bytes.CutPrefix(auth, []byte("Bearer "))
+	if !ok {
+		return false
+	}
+	h := sha256.Sum256(bytes.TrimSpace(tok))
+	return subtle.ConstantTimeCompare(h[:], s.adminTok) == 1
+}
+
+func (s *Server) handleRepository(ctx *fasthttp.RequestCtx, path string) {
+	if !ctx.IsPost() {
+		s.methodNotAllowed(ctx, "POST")
+		return
+	}
+	start := time.Now()
+	switch {
+	case path == "/v2/repository/index":
+		var q struct {
+			Ready bool `json:"ready"`
+		}
+		if b := bytes.TrimSpace(ctx.Request.Body()); len(b) > 0 {
+			if err := json.Unmarshal(b, &q); err != nil {
+				writeError(ctx, fasthttp.StatusBadRequest, "the index request must be a JSON object such as {\"ready\": true}")
+				return
+			}
+		}
+		idx, err := s.index()
+		if err != nil {
+			writeError(ctx, fasthttp.StatusInternalServerError, "cannot read the repository: "+err.Error())
+			return
+		}
+		out := idx[:0:0]
+		for _, e := range idx {
+			if !q.Ready || e.State == StateReady {
+				out = append(out, e)
+			}
+		}
+		s.writeJSON(ctx, 200, out)
+	case path == "/v2/repository/reload":
+		s.repositoryAnswer(ctx, s.Reload(), start)
+	case strings.HasPrefix(path, "/v2/repository/models/"):
+		name, action, _ := strings.Cut(strings.TrimPrefix(path, "/v2/repository/models/"), "/")
+		switch action {
+		case "load":
+			s.repositoryAnswer(ctx, s.LoadModel(name), start)
+		case "unload":
+			s.repositoryAnswer(ctx, s.UnloadModel(name), start)
+		default:
+			s.notFound(ctx, path)
+		}
+	default:
+		s.notFound(ctx, path)
+	}
+}
+
+func (s *Server) repositoryAnswer(ctx *fasthttp.RequestCtx, err error, start time.Time) {
+	switch {
+	case err == nil:
+		writeJSONRaw(ctx, 200, "{}")
+	case errors.Is(err, errNotFound):
+		writeError(ctx, fasthttp.StatusNotFound, err.Error())
+	default:
+		// A model that fails to load: what was served before stays served (see the index).
+		writeError(ctx, fasthttp.StatusBadRequest, "cannot load: "+err.Error())
+	}
+	s.log.Info("repository request", "path", string(ctx.Path()), "took", time.Since(start).Round(time.Millisecond), "err", err)
+}
