@@ -183,6 +183,9 @@ type Runtime struct {
 	OptimizedModelPath string `yaml:"optimized_model_path"`
 	// ExecutionProvider: cpu (default), cuda or tensorrt.
 	ExecutionProvider string `yaml:"execution_provider"`
+	// CPUMemArena: on keeps ONNX Runtime's CPU memory arena (activations reused across runs, the
+	// arena as large as the largest batch run); off allocates them per run.
+	CPUMemArena string `yaml:"cpu_mem_arena"`
 }
 
 // Load reads, defaults and validates the configuration file at path.
@@ -400,6 +403,9 @@ func (c *Config) setDefaults() {
 		if r.ExecutionProvider == "" {
 			r.ExecutionProvider = "cpu"
 		}
+		if r.CPUMemArena == "" {
+			r.CPUMemArena = "on"
+		}
 	}
 }
 
@@ -587,6 +593,9 @@ func (c *Config) Validate() error {
 		case "disabled", "basic", "extended", "all":
 		default:
 			bad(f+".runtime.graph_optimization", "must be disabled, basic, extended or all, got %q", r.GraphOptimization)
+		}
+		if r.CPUMemArena != "on" && r.CPUMemArena != "off" {
+			bad(f+".runtime.cpu_mem_arena", "must be on or off, got %q", r.CPUMemArena)
 		}
 		switch r.ExecutionProvider {
 		case "cpu", "cuda", "tensorrt":

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 )
 
 // The admin API changes what the server serves, so it is not on the public listener by
@@ -25,7 +26,7 @@ import (
 //	POST /v2/repository/models/{name}/unload  retire every version of a model
 //	POST /v2/repository/reload                reload the whole repository (as SIGHUP does)
 //
-// plus health and /metrics on the admin listener.
+// plus health, /metrics and Go's profiles (/debug/pprof/) on the admin listener.
 
 // ServeAdmin serves the admin API on ln until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener) error {
@@ -60,6 +61,13 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		s.handleRepository(ctx, path)
 	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"):
 		s.handle(ctx)
+	case strings.HasPrefix(path, "/debug/pprof/"):
+		// Go's profiles (heap, CPU, goroutines) for whoever may use the admin API.
+		if s.adminTok != nil && !s.bearerOK(ctx) {
+			writeError(ctx, fasthttp.StatusUnauthorized, "the admin API needs Authorization: Bearer <token>")
+			return
+		}
+		pprofhandler.PprofHandler(ctx)
 	default:
 		s.notFound(ctx, path)
 	}

@@ -130,6 +130,9 @@ type SessionConfig struct {
 	OptimizedModelPath string
 	// Provider: cpu, cuda or tensorrt. cuda and tensorrt need an ORT build with them and a GPU.
 	Provider string
+	// NoCPUMemArena turns off ONNX Runtime's CPU memory arena: activations are allocated and
+	// freed per run (malloc) instead of kept in an arena sized by the largest batch run.
+	NoCPUMemArena bool
 }
 
 // Elem is the element type of a served model's input: float32, or uint8 for models that take
@@ -286,6 +289,11 @@ func sessionOptions(cfg SessionConfig) (*onnx.SessionOptions, error) {
 	}
 	if err := opts.SetGraphOptimizationLevel(level); err != nil {
 		return fail("graph_optimization", err)
+	}
+	if cfg.NoCPUMemArena {
+		if err := opts.SetCpuMemArena(false); err != nil {
+			return fail("cpu_mem_arena", err)
+		}
 	}
 	if cfg.OptimizedModelPath != "" {
 		if err := opts.SetOptimizedModelFilePath(cfg.OptimizedModelPath); err != nil {
