@@ -10,7 +10,9 @@
 // orientation parser, a PIL-compatible fixed-point bilinear resampler that
 // computes only the pixels surviving the crop, and the float32 (NCHW or
 // NHWC) or uint8 output. Hot-path memory (pixel and
-// scratch buffers) is pooled; buffers above a size cap are not kept.
+// scratch buffers) is pooled; buffers above a size cap are not kept. Probe
+// reads a header only and tells what a decode will cost (PeakBytes), so a
+// server can budget memory before decoding starts.
 //
 // It must not import other packages of this repository, HTTP, metrics or
 // ONNX Runtime (its tests may use ONNX Runtime). A *Preprocessor is

@@ -191,7 +191,20 @@ func orient(src *source, o int, dst []uint8) source {
 			}
 		}
 	}
-	out := source{pix: dst, stride: ow * bpp, bpp: bpp, ch: src.ch, w: ow, h: oh, dispW: src.dispW, dispH: src.dispH}
+	out := orientedGeometry(src, o)
+	out.pix, out.stride, out.bpp = dst, ow*bpp, bpp
+	return out
+}
+
+// orientedGeometry is src's geometry after EXIF orientation o: size, span of
+// the image within the buffer, displayed size (pix is left unset).
+func orientedGeometry(src *source, o int) source {
+	m := orientMaps[o]
+	ow, oh := src.w, src.h
+	if m.swap {
+		ow, oh = oh, ow
+	}
+	out := source{ch: src.ch, w: ow, h: oh, dispW: src.dispW, dispH: src.dispH}
 	// Spans of the image within the (possibly DCT-scaled) buffer.
 	xs0, xs1, xw := src.x0, src.x1, float64(src.w)
 	ys0, ys1, yh := src.y0, src.y1, float64(src.h)

@@ -195,3 +195,221 @@ func clipYUV(v int) uint8 {
 	}
 	return uint8(v >> 6)
 }
+
+// pngHeader is what a PNG's IHDR (and the chunks before the first IDAT)
+// declares.
+type pngHeader struct {
+	w, h      int
+	depth     int // bits per sample: 1, 2, 4, 8, 16
+	colorType int // 0 gray, 2 RGB, 3 palette, 4 gray+alpha, 6 RGBA
+	interlace bool
+	trns      bool // a tRNS chunk precedes the image data
+}
+
+// channels is the number of samples per pixel the file stores.
+func (h *pngHeader) channels() int {
+	switch h.colorType {
+	case 2:
+		return 3
+	case 4:
+		return 2
+	case 6:
+		return 4
+	}
+	return 1
+}
+
+// parsePNGHeader reads the IHDR chunk and looks for tRNS before the first
+// IDAT. It checks what the PNG specification requires of IHDR; CRCs are left
+// to the decoder.
+func parsePNGHeader(b []byte) (pngHeader, error) {
+	var h pngHeader
+	if len(b) < 33 || string(b[12:16]) != "IHDR" || be32(b[8:]) != 13 {
+		return h, fmt.Errorf("cannot decode PNG header: no IHDR chunk: %w", ErrBadImage)
+	}
+	ihdr := b[16:29]
+	w, ht := be32(ihdr), be32(ihdr[4:])
+	h.depth, h.colorType = int(ihdr[8]), int(ihdr[9])
+	if w == 0 || ht == 0 || w > 1<<31-1 || ht > 1<<31-1 {
+		return h, fmt.Errorf("cannot decode PNG header: IHDR declares %dx%d pixels: %w", w, ht, ErrBadImage)
+	}
+	h.w, h.h = int(w), int(ht)
+	ok := false
+	switch h.colorType {
+	case 0:
+		ok = h.depth == 1 || h.depth == 2 || h.depth == 4 || h.depth == 8 || h.depth == 16
+	case 3:
+		ok = h.depth == 1 || h.depth == 2 || h.depth == 4 || h.depth == 8
+	case 2, 4, 6:
+		ok = h.depth == 8 || h.depth == 16
+	}
+	if !ok {
+		return h, fmt.Errorf("cannot decode PNG header: color type %d with bit depth %d: %w", h.colorType, h.depth, ErrBadImage)
+	}
+	if ihdr[10] != 0 || ihdr[11] != 0 || ihdr[12] > 1 {
+		return h, fmt.Errorf("cannot decode PNG header: compression %d, filter %d, interlace %d: %w", ihdr[10], ihdr[11], ihdr[12], ErrBadImage)
+	}
+	h.interlace = ihdr[12] == 1
+	for i := 33; i+8 <= len(b); {
+		n, typ := int64(be32(b[i:])), string(b[i+4:i+8])
+		if typ == "IDAT" || typ == "IEND" {
+			break
+		}
+		if typ == "tRNS" {
+			h.trns = true
+		}
+		if n > int64(len(b)) {
+			break
+		}
+		i += 12 + int(n)
+	}
+	return h, nil
+}
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func (p *Preprocessor) probePNG(data []byte) (Info, memUse, error) {
+	cfg, err := png.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return Info{}, memUse{}, fmt.Errorf("cannot decode PNG header: %v: %w", err, ErrBadImage)
+	}
+	if err := p.checkPixels("PNG", cfg.Width, cfg.Height); err != nil {
+		return Info{}, memUse{}, err
+	}
+	h, err := parsePNGHeader(data)
+	if err != nil {
+		return Info{}, memUse{}, err
+	}
+	info := Info{Format: "png", Width: h.w, Height: h.h, Channels: h.channels(), BytesPerSample: max(h.depth/8, 1)}
+	return info, memUse{goEarly: p.pngGoMemory(&h, len(data))}, nil
+}
+
+// pngGoMemory models image/png's Decode and toSource: the canvas of the
+// image type the decoder returns for the color type, bit depth and tRNS, a
+// second canvas's worth of pass images for an interlaced PNG, two filter
+// rows, the zlib reader (compress/flate allocates Huffman link tables for
+// every block: a quarter of the compressed size bounds them), then our copy to 8-bit RGB or gray where the canvas
+// is not usable as it is, and the resampler's scratch.
+func (p *Preprocessor) pngGoMemory(h *pngHeader, dataLen int) int64 {
+	wh := int64(h.w) * int64(h.h)
+	var perPixel int64 // bytes per pixel of the decoder's canvas
+	copyCh := 0        // channels of our 8-bit copy, 0 for none
+	ch := 3
+	switch {
+	case h.colorType == 3:
+		perPixel, copyCh = 1, 3
+	case h.colorType == 0 && !h.trns && h.depth <= 8:
+		perPixel, ch = 1, 1
+	case h.colorType == 0 && !h.trns:
+		perPixel, copyCh, ch = 2, 1, 1
+	case h.depth == 16:
+		perPixel, copyCh = 8, 3
+	default:
+		perPixel = 4
+	}
+	n := wh * perPixel
+	if h.interlace {
+		n *= 2
+	}
+	bitsPerPixel := int64(h.channels() * h.depth)
+	n += 2 * (1 + (int64(h.w)*bitsPerPixel+7)/8)
+	n += pngGoFixed + int64(dataLen)/4
+	if copyCh > 0 {
+		n += bufBytes(h.w * h.h * copyCh)
+	}
+	src := source{w: h.w, h: h.h, ch: ch, x1: float64(h.w), y1: float64(h.h), dispW: h.w, dispH: h.h}
+	return n + p.resampleBytes(&src) + goDecoderSlack
+}
+
+// pngGoFixed: image/png's zlib reader (a 32 KiB window, Huffman tables) and
+// small buffers.
+const pngGoFixed = 64 << 10
+
+// webpHeader is what a WebP's RIFF chunks declare.
+type webpHeader struct {
+	lossless bool
+	alpha    int // 0 none, 1 raw alpha plane, 2 VP8L-compressed alpha plane
+}
+
+// parseWebPHeader classifies a WebP from its first chunks; the dimensions
+// come from webp.DecodeConfig.
+func parseWebPHeader(b []byte) webpHeader {
+	var h webpHeader
+	if len(b) < 16 {
+		return h
+	}
+	switch string(b[12:16]) {
+	case "VP8L":
+		h.lossless = true
+		return h
+	case "VP8 ":
+		return h
+	}
+	// VP8X: look for ALPH and VP8L chunks.
+	for i := 12; i+8 <= len(b); {
+		n := int64(b[i+4]) | int64(b[i+5])<<8 | int64(b[i+6])<<16 | int64(b[i+7])<<24
+		switch string(b[i : i+4]) {
+		case "VP8L":
+			h.lossless = true
+		case "ALPH":
+			h.alpha = 1
+			if i+8 < len(b) && b[i+8]&3 == 1 {
+				h.alpha = 2
+			}
+		}
+		if n > int64(len(b)) {
+			break
+		}
+		i += 8 + int(n+n&1)
+	}
+	return h
+}
+
+func (p *Preprocessor) probeWebP(data []byte) (Info, memUse, error) {
+	cfg, err := webp.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return Info{}, memUse{}, fmt.Errorf("cannot decode WebP header: %v: %w", err, ErrBadImage)
+	}
+	if err := p.checkPixels("WebP", cfg.Width, cfg.Height); err != nil {
+		return Info{}, memUse{}, err
+	}
+	h := parseWebPHeader(data)
+	info := Info{Format: "webp", Width: cfg.Width, Height: cfg.Height, Channels: 3, BytesPerSample: 1}
+	if h.lossless || h.alpha != 0 {
+		info.Channels = 4
+	}
+	return info, memUse{goEarly: p.webpGoMemory(&h, cfg.Width, cfg.Height, len(data))}, nil
+}
+
+// webpGoMemory models golang.org/x/image/webp's Decode and toSource:
+//   - lossy: a copy of the compressed partitions, the 4:2:0 Y'CbCr canvas
+//     rounded up to 16x16 macroblocks, per-macroblock state, our RGB copy;
+//     an alpha plane, decoded through a VP8L RGBA image when compressed;
+//   - lossless: the RGBA canvas, a second one when a color-indexing
+//     transform expands packed pixels, and the transforms' and entropy
+//     codes' subsampled images (at most a quarter canvas each), bounded
+//     together by 9 bytes per pixel.
+func (p *Preprocessor) webpGoMemory(h *webpHeader, w, ht, dataLen int) int64 {
+	wh := int64(w) * int64(ht)
+	var n int64
+	if h.lossless {
+		n = 9 * wh
+	} else {
+		mbs := int64((w+15)/16) * int64((ht+15)/16)
+		n = int64(dataLen) + 384*mbs + 8*mbs + bufBytes(3*w*ht)
+		switch h.alpha {
+		case 1:
+			n += wh
+		case 2:
+			n += 6 * wh
+		}
+	}
+	src := source{w: w, h: ht, ch: 3, x1: float64(w), y1: float64(ht), dispW: w, dispH: ht}
+	return n + webpGoFixed + p.resampleBytes(&src) + goDecoderSlack
+}
+
+// webpGoFixed: the WebP decoders' small tables (Huffman codes, color cache,
+// probability tables).
+const webpGoFixed = 128 << 10

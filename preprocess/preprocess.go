@@ -244,7 +244,7 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 	case formatWebP:
 		src, err = p.decodeWebP(data, s)
 	default:
-		return fmt.Errorf("cannot decode image: not JPEG, PNG or WebP (first bytes % x): %w", data[:min(len(data), 8)], ErrUnsupportedFormat)
+		return unsupported(data)
 	}
 	if err != nil {
 		return err

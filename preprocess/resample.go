@@ -134,16 +134,32 @@ func clip8(v int32) uint8 {
 	return uint8(v >> precisionBits)
 }
 
-// resample resizes src to the configured geometry, crops, and writes the
-// slot into out.
-func (p *Preprocessor) resample(src *source, s *scratch, out sink) error {
+// plan returns the weights of both passes for src's geometry (src.pix is
+// not read) and the rows [yFirst, yLast) of src that feed the output.
+func (p *Preprocessor) plan(src *source) (hc, vc *coeffs, yFirst, yLast int) {
 	o := &p.opts
 	W, H := o.Width, o.Height
 	rw, rh, left, top := p.geometry(src.dispW, src.dispH)
-	hc := p.cc.get(src.w, src.x0, src.x1, rw, left, W)
-	vc := p.cc.get(src.h, src.y0, src.y1, rh, top, H)
-	yFirst := int(vc.bounds[0])
-	yLast := int(vc.bounds[2*H-2] + vc.bounds[2*H-1])
+	hc = p.cc.get(src.w, src.x0, src.x1, rw, left, W)
+	vc = p.cc.get(src.h, src.y0, src.y1, rh, top, H)
+	yFirst = int(vc.bounds[0])
+	yLast = int(vc.bounds[2*H-2] + vc.bounds[2*H-1])
+	return hc, vc, yFirst, yLast
+}
+
+// resampleBytes is the scratch memory resample allocates for src's geometry:
+// the horizontal pass's rows, one row of accumulators and one output row.
+func (p *Preprocessor) resampleBytes(src *source) int64 {
+	_, _, yFirst, yLast := p.plan(src)
+	rowLen := int64(p.opts.Width * src.ch)
+	return int64(yLast-yFirst)*rowLen + 4*rowLen + rowLen
+}
+
+// resample resizes src to the configured geometry, crops, and writes the
+// slot into out.
+func (p *Preprocessor) resample(src *source, s *scratch, out sink) error {
+	W, H := p.opts.Width, p.opts.Height
+	hc, vc, yFirst, yLast := p.plan(src)
 	nrows := yLast - yFirst
 	ch := src.ch
 	rowLen := W * ch
