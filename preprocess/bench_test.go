@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image"
 	"image/jpeg"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/image/draw"
@@ -138,4 +139,25 @@ func stdlibPath(data []byte, dst []float32) error {
 		return fmt.Errorf("empty")
 	}
 	return nil
+}
+
+// BenchmarkPNG: PNG photos and the bomb (7000x7000 RGBA16 of zeros,
+// 381 KB) through the whole path, default options.
+func BenchmarkPNG(b *testing.B) {
+	cases := map[string][]byte{"bomb_7000x7000_rgba16": pngBomb(b)}
+	for _, n := range []string{"skimage_coffee.png", "skimage_astronaut.png"} {
+		cases[n] = readShared(b, filepath.Join(imagesDir, n))
+	}
+	for name, data := range cases {
+		b.Run(name, func(b *testing.B) {
+			p := mustNew(b, Options{})
+			dst := make([]float32, p.SlotLen())
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Process(data, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -6,7 +6,9 @@
 // limit checked against the image header before any pixel memory is
 // allocated, JPEG decoding through libjpeg-turbo (cgo, libjpeg API, one decompressor per
 // image) at the
-// smallest DCT scale that still covers the resize target, a tiny EXIF
+// smallest DCT scale that still covers the resize target, PNG decoding
+// through libspng row by row into the resampler (memory grows with the
+// width, not the height), WebP through golang.org/x/image/webp, a tiny EXIF
 // orientation parser, a PIL-compatible fixed-point bilinear resampler that
 // computes only the pixels surviving the crop, and the float32 (NCHW or
 // NHWC) or uint8 output. Hot-path memory (pixel and

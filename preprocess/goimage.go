@@ -3,45 +3,55 @@ package preprocess
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"image"
 	"image/color"
-	"image/png"
 
 	"golang.org/x/image/webp"
 )
 
-// PNG and WebP go through Go decoders. The header is always read first
-// (DecodeConfig) and checked against MaxPixels, because the decoders
-// allocate the whole canvas before reading any pixel data.
+// WebP goes through a Go decoder. The header is always read first
+// (DecodeConfig) and checked against MaxPixels, because the decoder
+// allocates the whole canvas before reading any pixel data.
 
-func (p *Preprocessor) decodePNG(data []byte, s *scratch) (source, error) {
-	cfg, err := png.DecodeConfig(bytes.NewReader(data))
-	if err != nil {
-		return source{}, fmt.Errorf("cannot decode PNG header: %v: %w", err, ErrBadImage)
-	}
-	if err := p.checkPixels("PNG", cfg.Width, cfg.Height); err != nil {
-		return source{}, err
-	}
-	img, err := png.Decode(bytes.NewReader(data))
-	if err != nil {
-		return source{}, fmt.Errorf("cannot decode PNG: %v: %w", err, ErrBadImage)
-	}
-	return toSource(img, s), nil
-}
-
-func (p *Preprocessor) decodeWebP(data []byte, s *scratch) (source, error) {
+func (p *Preprocessor) decodeWebP(data []byte, s *scratch, out sink) error {
 	cfg, err := webp.DecodeConfig(bytes.NewReader(data))
 	if err != nil {
-		return source{}, fmt.Errorf("cannot decode WebP header: %v: %w", err, ErrBadImage)
+		return fmt.Errorf("cannot decode WebP header: %v: %w", err, ErrBadImage)
 	}
 	if err := p.checkPixels("WebP", cfg.Width, cfg.Height); err != nil {
-		return source{}, err
+		return err
 	}
 	img, err := webp.Decode(bytes.NewReader(data))
 	if err != nil {
-		return source{}, fmt.Errorf("cannot decode WebP: %v: %w", err, ErrBadImage)
+		return fmt.Errorf("cannot decode WebP: %v: %w", err, ErrBadImage)
 	}
-	return toSource(img, s), nil
+	// Lossy images come back as 4:2:0 Y'CbCr: converted to RGB one row at a
+	// time, only the rows and columns the resampler reads, straight into its
+	// horizontal pass (no RGB copy of the canvas).
+	var yc *image.YCbCr
+	switch m := img.(type) {
+	case *image.YCbCr:
+		yc = m
+	case *image.NYCbCrA:
+		yc = &m.YCbCr
+	}
+	if yc == nil || yc.SubsampleRatio != image.YCbCrSubsampleRatio420 {
+		src := toSource(img, s)
+		return p.resample(&src, s, out)
+	}
+	b := yc.Bounds()
+	w, h := b.Dx(), b.Dy()
+	g := source{w: w, h: h, ch: 3, x1: float64(w), y1: float64(h), dispW: w, dispH: h}
+	j := p.newJob(s, &g)
+	s.dec = s.buf((j.xLast - j.xFirst) * 3)
+	row := *s.dec
+	for y := j.yFirst; y < j.yLast; y++ {
+		webpYUVRow(row, yc.Y, yc.Cb, yc.Cr, yc.YStride, yc.CStride, w, h, y, j.xFirst, j.xLast)
+		j.row(y, row, 3, j.xFirst)
+	}
+	p.finishJob(&j, s, out)
+	return nil
 }
 
 // toSource exposes a decoded image to the resampler, as Pillow's
@@ -147,40 +157,47 @@ func hiBytes(d, pix []uint8, stride, w, h int) {
 // 9-3-3-1 "fancy" bilinear kernel, then 14-bit fixed-point conversion.
 // (Go's image.YCbCr.At would treat the samples as full-range JFIF.)
 func webpYUVToRGB(d, Y, Cb, Cr []uint8, ys, cs, w, h int, is420 bool) {
-	cw, ch := (w+1)/2, (h+1)/2
 	for y := range h {
-		cy := y >> 1
-		ny := cy // vertical neighbour chroma row
-		if is420 {
-			if y&1 == 1 {
-				ny = min(cy+1, ch-1)
-			} else {
-				ny = max(cy-1, 0)
-			}
-		} else {
-			cy, ny = y, y
-		}
 		o := d[y*3*w : (y+1)*3*w]
+		if is420 {
+			webpYUVRow(o, Y, Cb, Cr, ys, cs, w, h, y, 0, w)
+			continue
+		}
 		yr := Y[y*ys : y*ys+w]
 		for x := range w {
-			var u, v int
-			if is420 {
-				cx := x >> 1
-				nx := max(cx-1, 0)
-				if x&1 == 1 {
-					nx = min(cx+1, cw-1)
-				}
-				u = (9*int(Cb[cy*cs+cx]) + 3*int(Cb[cy*cs+nx]) + 3*int(Cb[ny*cs+cx]) + int(Cb[ny*cs+nx]) + 8) >> 4
-				v = (9*int(Cr[cy*cs+cx]) + 3*int(Cr[cy*cs+nx]) + 3*int(Cr[ny*cs+cx]) + int(Cr[ny*cs+nx]) + 8) >> 4
-			} else {
-				u, v = int(Cb[cy*cs+x]), int(Cr[cy*cs+x])
-			}
-			yy := int(yr[x])
-			o[3*x] = clipYUV(mulHi(yy, 19077) + mulHi(v, 26149) - 14234)
-			o[3*x+1] = clipYUV(mulHi(yy, 19077) - mulHi(u, 6419) - mulHi(v, 13320) + 8708)
-			o[3*x+2] = clipYUV(mulHi(yy, 19077) + mulHi(u, 33050) - 17685)
+			yuvToRGB(o[3*x:3*x+3], int(yr[x]), int(Cb[y*cs+x]), int(Cr[y*cs+x]))
 		}
 	}
+}
+
+// webpYUVRow converts columns [x0, x1) of row y of a 4:2:0 image into d
+// (3 bytes per pixel, from d[0]).
+func webpYUVRow(d, Y, Cb, Cr []uint8, ys, cs, w, h, y, x0, x1 int) {
+	cw, ch := (w+1)/2, (h+1)/2
+	cy := y >> 1
+	ny := max(cy-1, 0) // vertical neighbour chroma row
+	if y&1 == 1 {
+		ny = min(cy+1, ch-1)
+	}
+	yr := Y[y*ys : y*ys+w]
+	d = d[:3*(x1-x0)]
+	for x := x0; x < x1; x++ {
+		cx := x >> 1
+		nx := max(cx-1, 0)
+		if x&1 == 1 {
+			nx = min(cx+1, cw-1)
+		}
+		u := (9*int(Cb[cy*cs+cx]) + 3*int(Cb[cy*cs+nx]) + 3*int(Cb[ny*cs+cx]) + int(Cb[ny*cs+nx]) + 8) >> 4
+		v := (9*int(Cr[cy*cs+cx]) + 3*int(Cr[cy*cs+nx]) + 3*int(Cr[ny*cs+cx]) + int(Cr[ny*cs+nx]) + 8) >> 4
+		i := 3 * (x - x0)
+		yuvToRGB(d[i:i+3], int(yr[x]), u, v)
+	}
+}
+
+func yuvToRGB(o []uint8, yy, u, v int) {
+	o[0] = clipYUV(mulHi(yy, 19077) + mulHi(v, 26149) - 14234)
+	o[1] = clipYUV(mulHi(yy, 19077) - mulHi(u, 6419) - mulHi(v, 13320) + 8708)
+	o[2] = clipYUV(mulHi(yy, 19077) + mulHi(u, 33050) - 17685)
 }
 
 func mulHi(v, c int) int { return (v * c) >> 8 }
@@ -227,6 +244,9 @@ func parsePNGHeader(b []byte) (pngHeader, error) {
 	if len(b) < 33 || string(b[12:16]) != "IHDR" || be32(b[8:]) != 13 {
 		return h, fmt.Errorf("cannot decode PNG header: no IHDR chunk: %w", ErrBadImage)
 	}
+	if crc32.ChecksumIEEE(b[12:29]) != be32(b[29:]) {
+		return h, fmt.Errorf("cannot decode PNG header: IHDR CRC mismatch: %w", ErrBadImage)
+	}
 	ihdr := b[16:29]
 	w, ht := be32(ihdr), be32(ihdr[4:])
 	h.depth, h.colorType = int(ihdr[8]), int(ihdr[9])
@@ -269,63 +289,6 @@ func parsePNGHeader(b []byte) (pngHeader, error) {
 func be32(b []byte) uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
-
-func (p *Preprocessor) probePNG(data []byte) (Info, memUse, error) {
-	cfg, err := png.DecodeConfig(bytes.NewReader(data))
-	if err != nil {
-		return Info{}, memUse{}, fmt.Errorf("cannot decode PNG header: %v: %w", err, ErrBadImage)
-	}
-	if err := p.checkPixels("PNG", cfg.Width, cfg.Height); err != nil {
-		return Info{}, memUse{}, err
-	}
-	h, err := parsePNGHeader(data)
-	if err != nil {
-		return Info{}, memUse{}, err
-	}
-	info := Info{Format: "png", Width: h.w, Height: h.h, Channels: h.channels(), BytesPerSample: max(h.depth/8, 1)}
-	return info, memUse{goEarly: p.pngGoMemory(&h, len(data))}, nil
-}
-
-// pngGoMemory models image/png's Decode and toSource: the canvas of the
-// image type the decoder returns for the color type, bit depth and tRNS, a
-// second canvas's worth of pass images for an interlaced PNG, two filter
-// rows, the zlib reader (compress/flate allocates Huffman link tables for
-// every block: a quarter of the compressed size bounds them), then our copy to 8-bit RGB or gray where the canvas
-// is not usable as it is, and the resampler's scratch.
-func (p *Preprocessor) pngGoMemory(h *pngHeader, dataLen int) int64 {
-	wh := int64(h.w) * int64(h.h)
-	var perPixel int64 // bytes per pixel of the decoder's canvas
-	copyCh := 0        // channels of our 8-bit copy, 0 for none
-	ch := 3
-	switch {
-	case h.colorType == 3:
-		perPixel, copyCh = 1, 3
-	case h.colorType == 0 && !h.trns && h.depth <= 8:
-		perPixel, ch = 1, 1
-	case h.colorType == 0 && !h.trns:
-		perPixel, copyCh, ch = 2, 1, 1
-	case h.depth == 16:
-		perPixel, copyCh = 8, 3
-	default:
-		perPixel = 4
-	}
-	n := wh * perPixel
-	if h.interlace {
-		n *= 2
-	}
-	bitsPerPixel := int64(h.channels() * h.depth)
-	n += 2 * (1 + (int64(h.w)*bitsPerPixel+7)/8)
-	n += pngGoFixed + int64(dataLen)/4
-	if copyCh > 0 {
-		n += bufBytes(h.w * h.h * copyCh)
-	}
-	src := source{w: h.w, h: h.h, ch: ch, x1: float64(h.w), y1: float64(h.h), dispW: h.w, dispH: h.h}
-	return n + p.resampleBytes(&src) + goDecoderSlack
-}
-
-// pngGoFixed: image/png's zlib reader (a 32 KiB window, Huffman tables) and
-// small buffers.
-const pngGoFixed = 64 << 10
 
 // webpHeader is what a WebP's RIFF chunks declare.
 type webpHeader struct {
@@ -385,7 +348,7 @@ func (p *Preprocessor) probeWebP(data []byte) (Info, memUse, error) {
 
 // webpGoMemory models golang.org/x/image/webp's Decode and toSource:
 //   - lossy: a copy of the compressed partitions, the 4:2:0 Y'CbCr canvas
-//     rounded up to 16x16 macroblocks, per-macroblock state, our RGB copy;
+//     rounded up to 16x16 macroblocks, per-macroblock state, one RGB row;
 //     an alpha plane, decoded through a VP8L RGBA image when compressed;
 //   - lossless: the RGBA canvas, a second one when a color-indexing
 //     transform expands packed pixels, and the transforms' and entropy
@@ -398,7 +361,7 @@ func (p *Preprocessor) webpGoMemory(h *webpHeader, w, ht, dataLen int) int64 {
 		n = 9 * wh
 	} else {
 		mbs := int64((w+15)/16) * int64((ht+15)/16)
-		n = int64(dataLen) + 384*mbs + 8*mbs + bufBytes(3*w*ht)
+		n = int64(dataLen) + 384*mbs + 8*mbs + p.bufBytes(3*w) // canvas, one RGB row
 		switch h.alpha {
 		case 1:
 			n += wh

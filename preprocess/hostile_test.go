@@ -24,8 +24,9 @@ type validImage struct {
 	end  int // offset just past the image's own data (trailing bytes excluded)
 }
 
-// validImages returns every JPEG, PNG and WebP in ../shared/images and the
-// WebPs of testdata (the shared set has none).
+// validImages returns every JPEG, PNG and WebP in ../shared/images, the
+// WebPs of testdata (the shared set has none) and generated PNGs of the
+// color types and interlacing the shared set lacks.
 func validImages(tb testing.TB) []validImage {
 	tb.Helper()
 	readShared(tb, filepath.Join(imagesDir, "README.md")) // skips without ../shared
@@ -43,6 +44,11 @@ func validImages(tb testing.TB) []validImage {
 			tb.Fatal(err)
 		}
 		out = append(out, validImage{name: filepath.Base(f), data: b, end: imageEnd(b)})
+	}
+	// PNGs the shared set lacks (libspng's interlaced, palette and 16-bit paths).
+	for _, name := range []string{"rgba16-adam7", "pal4", "gray16", "ga8-adam7", "pal8-short-trns"} {
+		b := makePNG(tb, pngVariantSpecs(301, 203)[name])
+		out = append(out, validImage{name: "generated " + name + ".png", data: b, end: len(b)})
 	}
 	if len(out) < 10 {
 		tb.Fatalf("only %d valid images found", len(out))
@@ -221,6 +227,12 @@ func FuzzPooledMatchesFresh(f *testing.F) {
 		for _, h := range hostileVariants(v) {
 			f.Add(h.data)
 		}
+	}
+	for _, name := range []string{"rgba16-adam7", "pal2", "gray16-trns", "rgb8"} {
+		f.Add(makePNG(f, pngVariantSpecs(40, 30)[name]))
+	}
+	for _, h := range pngHostile(f) {
+		f.Add(h.data)
 	}
 	o := Options{Width: 32, Height: 32, Resize: 40, MaxPixels: fuzzMaxPixels}
 	pooled, err := New(o)

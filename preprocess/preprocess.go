@@ -240,9 +240,9 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 	case formatJPEG:
 		src, err = p.decodeJPEG(data, s)
 	case formatPNG:
-		src, err = p.decodePNG(data, s)
+		return p.decodePNG(data, s, out) // streams rows into the resampler
 	case formatWebP:
-		src, err = p.decodeWebP(data, s)
+		return p.decodeWebP(data, s, out)
 	default:
 		return unsupported(data)
 	}

@@ -19,14 +19,17 @@ type Info struct {
 	// PeakBytes is the memory a Process call on these bytes holds at its
 	// peak under this Preprocessor's options (DCT scale, resize and crop), in
 	// both heaps: the Go heap (pixel buffers, resampler scratch, what a Go
-	// codec allocates) and the C heap (libjpeg-turbo's own buffers: a
+	// codec allocates) and the C heap (libjpeg-turbo's buffers: a
 	// progressive or multi-scan JPEG keeps every DCT coefficient of the
-	// image, 2 bytes each, whatever the scale). Pooled buffers count at their
-	// size class (the power of two above the request, up to 16 MiB). Not
-	// counted: data itself, the destination slot, and memory shared by all
-	// calls (the weight cache, goroutine stacks). It is an upper bound that
-	// Process keeps (TestPeakBytesBoundsAllocations measures it); the
-	// documentation, docs/preprocessing.md, says how close it is per format.
+	// image, 2 bytes each, whatever the scale; libspng's context, zlib
+	// state and two scanlines). A non-interlaced PNG streams: its cost grows
+	// with its width, not its height; an interlaced one keeps the region the
+	// crop reads, 8-bit. Pooled buffers count at their size class (the power
+	// of two above the request, up to 16 MiB). Not counted: data itself, the
+	// destination slot, and memory shared by all calls (the weight cache,
+	// goroutine stacks). It is an upper bound that Process keeps
+	// (TestPeakBytesBoundsAllocations measures it); docs/preprocessing.md
+	// says how close it is per format.
 	PeakBytes int64
 }
 
@@ -85,13 +88,22 @@ type memUse struct {
 func (m memUse) goBytes() int64 { return m.goEarly + m.goLate }
 func (m memUse) peak() int64    { return m.goEarly + max(m.c, m.goLate) }
 
-// bufBytes is the memory held by getBuf(n): its size class, or n above the
-// largest class.
-func bufBytes(n int) int64 {
-	if c := classOf(n); c < len(bufPools) {
+// bufBytes is the memory held by scratch.buf(n): getBuf's size class, or n
+// above the largest class (or when nothing is pooled).
+func (p *Preprocessor) bufBytes(n int) int64 {
+	if c := classOf(n); c < len(bufPools) && !p.fresh {
 		return 1 << (c + minClassBits)
 	}
-	return int64(n)
+	return goAlloc(int64(n))
+}
+
+// goAlloc is what Go's allocator takes for an n-byte object: its size class
+// up to 32 KiB (at most an eighth more), whole 8 KiB pages above.
+func goAlloc(n int64) int64 {
+	if n <= 32<<10 {
+		return n + n/8 + 16
+	}
+	return (n + 8191) &^ 8191
 }
 
 // goDecoderSlack covers the Go side of a decoder handle and small
@@ -115,11 +127,11 @@ func (p *Preprocessor) probeJPEG(data []byte) (Info, memUse, error) {
 
 // jpegMemory models decodeJPEG and resample for a planned JPEG.
 func (p *Preprocessor) jpegMemory(pl *jpegPlan) memUse {
-	m := memUse{goEarly: bufBytes(pl.sw*pl.sh*pl.bpp) + goDecoderSlack, c: jpegCMemory(pl)}
+	m := memUse{goEarly: p.bufBytes(pl.sw*pl.sh*pl.bpp) + goDecoderSlack, c: jpegCMemory(pl)}
 	src := source{w: pl.sw, h: pl.sh, ch: pl.ch, x1: float64(pl.w*pl.num) / 8, y1: float64(pl.h*pl.num) / 8,
 		dispW: pl.dispW, dispH: pl.dispH}
 	if pl.orient != 1 {
-		m.goLate += bufBytes(pl.sw * pl.sh * pl.ch)
+		m.goLate += p.bufBytes(pl.sw * pl.sh * pl.ch)
 		src = orientedGeometry(&src, pl.orient)
 	}
 	m.goLate += p.resampleBytes(&src)
