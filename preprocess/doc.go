@@ -1,4 +1,5 @@
-// Package preprocess turns encoded image bytes (JPEG, PNG, WebP) into one
+// Package preprocess turns encoded image bytes (JPEG, PNG, WebP; GIF, BMP
+// and TIFF through github.com/disintegration/imaging) into one
 // model-input slot of a batch tensor, reproducing torchvision's PIL pipeline
 // (EXIF orientation → convert('RGB') → Resize(bilinear, antialiased) →
 // CenterCrop → ToTensor → Normalize) closely enough that a classifier gives

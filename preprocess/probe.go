@@ -5,7 +5,7 @@ import "fmt"
 // Info is what an image's header declares, and what decoding it under a
 // Preprocessor's options will cost. Probe fills it without decoding pixels.
 type Info struct {
-	// Format is "jpeg", "png" or "webp".
+	// Format is "jpeg", "png", "webp", "gif", "bmp" or "tiff".
 	Format string
 	// Width and Height as the header declares them (before EXIF orientation).
 	Width, Height int
@@ -37,7 +37,9 @@ type Info struct {
 // allocated: microseconds) and returns what it declares and what Process
 // would cost. Its errors are the ones Process returns for the same header:
 // ErrUnsupportedFormat, ErrTooLarge (max_pixels) or ErrBadImage. A nil
-// error does not mean Process succeeds: the rest of the data may be bad.
+// error does not mean Process succeeds: the rest of the data may be bad, or
+// use a feature the codec lacks that only the decode reaches (a TIFF's tag
+// types); Process never answers ErrTooLarge after a nil Probe.
 // Safe for concurrent use; data is neither modified nor retained.
 func (p *Preprocessor) Probe(data []byte) (Info, error) {
 	info, _, err := p.probe(data)
@@ -61,6 +63,8 @@ func (p *Preprocessor) probe(data []byte) (Info, memUse, error) {
 		info, mem, err = p.probePNG(data)
 	case formatWebP:
 		info, mem, err = p.probeWebP(data)
+	case formatGIF, formatBMP, formatTIFF:
+		info, mem, err = p.probeOther(detectFormat(data), data)
 	default:
 		return Info{}, memUse{}, unsupported(data)
 	}
@@ -73,7 +77,7 @@ func (p *Preprocessor) probe(data []byte) (Info, memUse, error) {
 }
 
 func unsupported(data []byte) error {
-	return fmt.Errorf("cannot decode image: not JPEG, PNG or WebP (first bytes % x): %w", data[:min(len(data), 8)], ErrUnsupportedFormat)
+	return fmt.Errorf("cannot decode image: not JPEG, PNG, WebP, GIF, BMP or TIFF (first bytes % x): %w", data[:min(len(data), 8)], ErrUnsupportedFormat)
 }
 
 // memUse is a decode's memory by heap and phase. All Go memory a call
