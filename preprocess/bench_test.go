@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"image"
+	"image/color/palette"
 	"image/jpeg"
+	"image/png"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/image/draw"
+	"golang.org/x/image/tiff"
 )
 
 // Benchmarks run on the article's payload (the JPEG inside
@@ -138,4 +143,83 @@ func stdlibPath(data []byte, dst []float32) error {
 		return fmt.Errorf("empty")
 	}
 	return nil
+}
+
+// BenchmarkPNG: PNG photos and the bomb (7000x7000 RGBA16 of zeros,
+// 381 KB) through the whole path, default options.
+func BenchmarkPNG(b *testing.B) {
+	cases := map[string][]byte{"bomb_7000x7000_rgba16": pngBomb(b)}
+	for _, n := range []string{"skimage_coffee.png", "skimage_astronaut.png"} {
+		cases[n] = readShared(b, filepath.Join(imagesDir, n))
+	}
+	for name, data := range cases {
+		b.Run(name, func(b *testing.B) {
+			p := mustNew(b, Options{})
+			dst := make([]float32, p.SlotLen())
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Process(data, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFormats: the article's photo (1200x727) in every format this
+// package decodes, through the whole path with default options; PeakBytes
+// (Probe) is reported beside the time. WebP has no Go encoder: the testdata
+// WebPs (300x200) stand in.
+func BenchmarkFormats(b *testing.B) {
+	src, err := jpeg.Decode(bytes.NewReader(seedJPEG(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rgb := image.NewRGBA(src.Bounds())
+	draw.Draw(rgb, rgb.Bounds(), src, image.Point{}, draw.Src)
+	pal := image.NewPaletted(rgb.Bounds(), palette.Plan9)
+	draw.FloydSteinberg.Draw(pal, pal.Bounds(), rgb, image.Point{})
+	var pngBuf bytes.Buffer
+	if err := png.Encode(&pngBuf, rgb); err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		data []byte
+	}{
+		{"jpeg", seedJPEG(b)},
+		{"png_rgb8", pngBuf.Bytes()},
+		{"gif", encodeGIF(b, pal)},
+		{"bmp_24bit", encodeBMP(b, rgb)},
+		{"tiff_none", encodeTIFF(b, rgb, tiff.Uncompressed)},
+		{"tiff_deflate", encodeTIFF(b, rgb, tiff.Deflate)},
+	}
+	for _, f := range []string{"chelsea_lossy", "chelsea_lossless"} {
+		d, err := os.ReadFile("testdata/webp/" + f + ".webp")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cases = append(cases, struct {
+			name string
+			data []byte
+		}{"webp_" + f[8:] + "_300x200", d})
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			p := mustNew(b, Options{})
+			info, err := p.Probe(c.data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]float32, p.SlotLen())
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.Process(c.data, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(info.PeakBytes)/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(len(c.data))/1024, "file-KiB")
+		})
+	}
 }

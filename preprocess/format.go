@@ -9,9 +9,24 @@ const (
 	formatJPEG
 	formatPNG
 	formatWebP
+	formatGIF
+	formatBMP
+	formatTIFF
 )
 
 var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+// bmpInfoLen returns the size of a BMP's info header when it is one of the
+// known ones (BITMAPCOREHEADER and BITMAPINFOHEADER to BITMAPV5HEADER), else
+// 0: "BM" alone is too weak a signature.
+func bmpInfoLen(b []byte) uint32 {
+	n := uint32(b[14]) | uint32(b[15])<<8 | uint32(b[16])<<16 | uint32(b[17])<<24
+	switch n {
+	case 12, 40, 52, 56, 64, 108, 124:
+		return n
+	}
+	return 0
+}
 
 // detectFormat looks at magic bytes only.
 func detectFormat(b []byte) format {
@@ -22,6 +37,12 @@ func detectFormat(b []byte) format {
 		return formatPNG
 	case len(b) >= 12 && string(b[0:4]) == "RIFF" && string(b[8:12]) == "WEBP":
 		return formatWebP
+	case len(b) >= 6 && (string(b[:6]) == "GIF87a" || string(b[:6]) == "GIF89a"):
+		return formatGIF
+	case len(b) >= 18 && string(b[:2]) == "BM" && bmpInfoLen(b) != 0:
+		return formatBMP
+	case len(b) >= 4 && (string(b[:4]) == "II*\x00" || string(b[:4]) == "MM\x00*"):
+		return formatTIFF
 	}
 	return formatUnknown
 }
@@ -69,8 +90,17 @@ func jpegOrientation(b []byte) int {
 // exifOrientation reads tag 0x0112 of IFD0 of a TIFF structure (both byte
 // orders). Returns 1 when absent or invalid.
 func exifOrientation(t []byte) int {
+	if v, ok := tiffTag(t, 0x0112); ok && v >= 1 && v <= 8 {
+		return int(v)
+	}
+	return 1
+}
+
+// tiffTag reads the SHORT or LONG value of tag in IFD0 of a TIFF structure
+// (both byte orders). Never panics on any input.
+func tiffTag(t []byte, tag uint32) (uint32, bool) {
 	if len(t) < 8 {
-		return 1
+		return 0, false
 	}
 	var u16 func([]byte) uint32
 	var u32 func([]byte) uint32
@@ -82,41 +112,50 @@ func exifOrientation(t []byte) int {
 		u16 = func(b []byte) uint32 { return uint32(b[1]) | uint32(b[0])<<8 }
 		u32 = func(b []byte) uint32 { return u16(b)<<16 | u16(b[2:]) }
 	default:
-		return 1
+		return 0, false
 	}
 	if u16(t[2:]) != 42 {
-		return 1
+		return 0, false
 	}
 	off := u32(t[4:])
 	if off < 8 || uint64(off)+2 > uint64(len(t)) {
-		return 1
+		return 0, false
 	}
 	cnt := int(u16(t[off:]))
 	p := int(off) + 2
 	for range cnt {
 		if p+12 > len(t) {
-			return 1
+			return 0, false
 		}
 		e := t[p : p+12]
-		if u16(e) == 0x0112 {
+		if u16(e) == tag {
+			// The first value: BYTE, SHORT or LONG, in the entry or, when the
+			// values need more than 4 bytes, at the offset it holds (as
+			// x/image/tiff reads them).
 			typ, n := u16(e[2:]), u32(e[4:])
-			var v uint32
-			switch {
-			case typ == 3 && n >= 1: // SHORT
-				v = u16(e[8:])
-			case typ == 4 && n >= 1: // LONG
-				v = u32(e[8:])
-			default:
-				return 1
+			size := map[uint32]uint32{1: 1, 3: 2, 4: 4}[typ]
+			if size == 0 || n == 0 {
+				return 0, false
 			}
-			if v >= 1 && v <= 8 {
-				return int(v)
+			v := e[8:12]
+			if uint64(n)*uint64(size) > 4 {
+				o := u32(e[8:])
+				if uint64(o)+uint64(size) > uint64(len(t)) {
+					return 0, false
+				}
+				v = t[o : o+size]
 			}
-			return 1
+			switch typ {
+			case 1:
+				return uint32(v[0]), true
+			case 3:
+				return u16(v), true
+			}
+			return u32(v), true
 		}
 		p += 12
 	}
-	return 1
+	return 0, false
 }
 
 // orientMap describes output pixel (x, y) = input pixel (sx, sy) with
@@ -191,7 +230,20 @@ func orient(src *source, o int, dst []uint8) source {
 			}
 		}
 	}
-	out := source{pix: dst, stride: ow * bpp, bpp: bpp, ch: src.ch, w: ow, h: oh, dispW: src.dispW, dispH: src.dispH}
+	out := orientedGeometry(src, o)
+	out.pix, out.stride, out.bpp = dst, ow*bpp, bpp
+	return out
+}
+
+// orientedGeometry is src's geometry after EXIF orientation o: size, span of
+// the image within the buffer, displayed size (pix is left unset).
+func orientedGeometry(src *source, o int) source {
+	m := orientMaps[o]
+	ow, oh := src.w, src.h
+	if m.swap {
+		ow, oh = oh, ow
+	}
+	out := source{ch: src.ch, w: ow, h: oh, dispW: src.dispW, dispH: src.dispH}
 	// Spans of the image within the (possibly DCT-scaled) buffer.
 	xs0, xs1, xw := src.x0, src.x1, float64(src.w)
 	ys0, ys1, yh := src.y0, src.y1, float64(src.h)

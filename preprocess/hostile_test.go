@@ -24,8 +24,9 @@ type validImage struct {
 	end  int // offset just past the image's own data (trailing bytes excluded)
 }
 
-// validImages returns every JPEG, PNG and WebP in ../shared/images and the
-// WebPs of testdata (the shared set has none).
+// validImages returns every JPEG, PNG and WebP in ../shared/images, the
+// WebPs of testdata (the shared set has none) and generated PNGs of the
+// color types and interlacing the shared set lacks.
 func validImages(tb testing.TB) []validImage {
 	tb.Helper()
 	readShared(tb, filepath.Join(imagesDir, "README.md")) // skips without ../shared
@@ -43,6 +44,19 @@ func validImages(tb testing.TB) []validImage {
 			tb.Fatal(err)
 		}
 		out = append(out, validImage{name: filepath.Base(f), data: b, end: imageEnd(b)})
+	}
+	// PNGs the shared set lacks (libspng's interlaced, palette and 16-bit paths).
+	for _, name := range []string{"rgba16-adam7", "pal4", "gray16", "ga8-adam7", "pal8-short-trns"} {
+		b := makePNG(tb, pngVariantSpecs(301, 203)[name])
+		out = append(out, validImage{name: "generated " + name + ".png", data: b, end: len(b)})
+	}
+	// GIF, BMP and TIFF (through imaging).
+	for _, c := range otherCases(tb, 151, 97) {
+		switch c.name {
+		case "gif palette", "gif crafted, transparency 4, local table", "bmp 24-bit", "bmp 8-bit palette",
+			"bmp 32-bit alpha", "tiff rgb deflate", "tiff gray16", "tiff palette", "tiff orientation 6":
+			out = append(out, validImage{name: "generated " + c.name, data: c.data, end: imageEnd(c.data)})
+		}
 	}
 	if len(out) < 10 {
 		tb.Fatalf("only %d valid images found", len(out))
@@ -66,6 +80,22 @@ func imageEnd(b []byte) int {
 		if n := int(binary.LittleEndian.Uint32(b[4:8])) + 8; n <= len(b) {
 			return n
 		}
+	case formatGIF: // the first frame is the image; later frames and the trailer are not read
+		if g, ok := parseGIF(b); ok {
+			return g.end
+		}
+	case formatTIFF: // through the last strip, IFD0 (with the next IFD's offset) and its arrays
+		return tiffEnd(b)
+	case formatBMP: // pixel data offset + rows padded to 4 bytes
+		off := int(binary.LittleEndian.Uint32(b[10:]))
+		w, h := int(int32(binary.LittleEndian.Uint32(b[18:]))), int(int32(binary.LittleEndian.Uint32(b[22:])))
+		bpp := int(binary.LittleEndian.Uint16(b[28:]))
+		if h < 0 {
+			h = -h
+		}
+		if n := off + (w*bpp+31)/32*4*h; n <= len(b) {
+			return n
+		}
 	}
 	return len(b)
 }
@@ -73,6 +103,16 @@ func imageEnd(b []byte) int {
 type hostileInput struct {
 	name string
 	data []byte
+}
+
+// want is the error a hostile input must get: ErrBadImage, or
+// ErrUnsupportedFormat where the cut left too few bytes to tell the format
+// (2 bytes of "BM", 3 of "GIF").
+func (h hostileInput) want() error {
+	if detectFormat(h.data) == formatUnknown {
+		return ErrUnsupportedFormat
+	}
+	return ErrBadImage
 }
 
 // hostileVariants cuts a valid image: at 16 points, to its magic bytes, to its
@@ -108,6 +148,18 @@ func hostileVariants(v validImage) []hostileInput {
 		add("magic only", 12)
 		add("header only", 30)
 		add("scan cut", 30+(len(b)-30)/2)
+	case formatGIF:
+		add("magic only", 6)
+		add("screen descriptor only", 13)
+		if g, ok := parseGIF(b); ok {
+			add("frame data cut", g.end-(g.end-13)/3)
+		}
+	case formatBMP:
+		add("magic only", 2)
+		add("headers only", int(binary.LittleEndian.Uint32(b[10:])))
+	case formatTIFF:
+		add("magic only", 4)
+		add("header only", 8)
 	}
 	return out
 }
@@ -137,8 +189,8 @@ func TestHostileAfterValidSameGoroutine(t *testing.T) {
 					t.Fatalf("%s: %v", prev.name, err)
 				}
 				err := p.ProcessUint8(h.data, dst)
-				if !errors.Is(err, ErrBadImage) {
-					t.Errorf("full_decode=%v: %s after %s: got %v, want %v", o.FullDecode, h.name, prev.name, err, ErrBadImage)
+				if want := h.want(); !errors.Is(err, want) {
+					t.Errorf("full_decode=%v: %s after %s: got %v, want %v", o.FullDecode, h.name, prev.name, err, want)
 				}
 				n++
 			}
@@ -186,8 +238,8 @@ func TestHostileAcrossGoroutines(t *testing.T) {
 					return
 				}
 				h := hostile[r.IntN(len(hostile))]
-				if err := p.ProcessUint8(h.data, dst); !errors.Is(err, ErrBadImage) {
-					t.Errorf("goroutine %d: %s: got %v, want %v", g, h.name, err, ErrBadImage)
+				if err := p.ProcessUint8(h.data, dst); !errors.Is(err, h.want()) {
+					t.Errorf("goroutine %d: %s: got %v, want %v", g, h.name, err, h.want())
 					return
 				}
 			}
@@ -216,11 +268,20 @@ func errClass(err error) string {
 // error class, and the same output bytes when both succeed.
 func FuzzPooledMatchesFresh(f *testing.F) {
 	fuzzSeeds(f, []string{"*.jpg", "*.jpeg", "*.png", "*.webp"}, []byte{0xFF, 0xD8, 0xFF}, pngMagic)
+	for _, c := range otherCases(f, 23, 17) {
+		f.Add(c.data)
+	}
 	if b, err := os.ReadFile(filepath.Join(imagesDir, "skimage_rocket.jpg")); err == nil {
 		v := validImage{name: "rocket", data: b, end: imageEnd(b)}
 		for _, h := range hostileVariants(v) {
 			f.Add(h.data)
 		}
+	}
+	for _, name := range []string{"rgba16-adam7", "pal2", "gray16-trns", "rgb8"} {
+		f.Add(makePNG(f, pngVariantSpecs(40, 30)[name]))
+	}
+	for _, h := range pngHostile(f) {
+		f.Add(h.data)
 	}
 	o := Options{Width: 32, Height: 32, Resize: 40, MaxPixels: fuzzMaxPixels}
 	pooled, err := New(o)
@@ -247,4 +308,52 @@ func FuzzPooledMatchesFresh(f *testing.F) {
 			t.Fatal("pooled and fresh decoders give different pixels")
 		}
 	})
+}
+
+// tiffEnd is the end of the last byte x/image/tiff reads of a little-endian
+// TIFF: its strips, IFD0 with the next IFD's offset, the out-of-line values
+// of the tags it reads. (Unread tag data, such as a resolution written after
+// them, may be cut without harm: Pillow warns and goes on too.)
+func tiffEnd(b []byte) int {
+	le := binary.LittleEndian
+	off := int(le.Uint32(b[4:]))
+	n := int(le.Uint16(b[off:]))
+	end := off + 2 + 12*n + 4
+	size := map[uint16]int{1: 1, 2: 1, 3: 2, 4: 4, 5: 8}
+	var offsets, counts []int
+	for i := range n {
+		e := b[off+2+12*i:]
+		tag, typ, cnt := le.Uint16(e), le.Uint16(e[2:]), int(le.Uint32(e[4:]))
+		vals := func() []int {
+			at := e[8:12]
+			if cnt*size[typ] > 4 {
+				p := int(le.Uint32(e[8:]))
+				at = b[p : p+cnt*size[typ]]
+			}
+			var out []int
+			for k := range cnt {
+				if typ == 3 {
+					out = append(out, int(le.Uint16(at[2*k:])))
+				} else {
+					out = append(out, int(le.Uint32(at[4*k:])))
+				}
+			}
+			return out
+		}
+		switch tag {
+		case 273:
+			offsets = vals()
+		case 279:
+			counts = vals()
+		}
+		if tag == 258 || tag == 273 || tag == 279 || tag == 320 || tag == 338 || tag == 339 {
+			if l := cnt * size[typ]; l > 4 {
+				end = max(end, int(le.Uint32(e[8:]))+l)
+			}
+		}
+	}
+	for i := range min(len(offsets), len(counts)) {
+		end = max(end, offsets[i]+counts[i])
+	}
+	return min(end, len(b))
 }

@@ -5,6 +5,7 @@ package preprocess
 #include <stdio.h>
 #include <stdlib.h>
 #include <setjmp.h>
+#include <malloc.h>
 #include <jpeglib.h>
 #include <jerror.h>
 
@@ -20,6 +21,8 @@ typedef struct {
 	int warnings;   // warnings emitted
 	int truncated;  // a warning said the data ran out (missing rows were padded)
 	char msg[JMSG_LENGTH_MAX]; // the error, or the first warning
+	int measure;    // tests: record the C heap in use at the decode's peak
+	size_t in_use;  // mallinfo2's bytes in use then (all arenas, mmapped blocks included)
 } igjpeg;
 
 #define IG_MAX_SCANS 500 // progressive scans allowed (each costs a pass over the image)
@@ -70,19 +73,50 @@ static void ig_jpeg_free(igjpeg *g) {
 	free(g);
 }
 
-// ig_jpeg_header reads the headers up to the first scan. out: width, height,
-// components, JPEG colorspace, progressive. 0 on success, -1 on error (msg).
-// buf must stay valid and unmoved until ig_jpeg_free.
-static int ig_jpeg_header(igjpeg *g, const unsigned char *buf, unsigned long size, long max_mem, int *out) {
+// ighdr is what the headers up to the first scan declare.
+typedef struct {
+	int w, h, comps, cs, progressive, multiscan, max_h, max_v;
+	int hs[4], vs[4], wib[4], hib[4]; // per component: sampling factors, size in 8x8 blocks
+} ighdr;
+
+// ig_jpeg_header reads the headers up to the first scan into o. 0 on success,
+// -1 on error (msg). buf must stay valid and unmoved until ig_jpeg_free.
+static int ig_jpeg_header(igjpeg *g, const unsigned char *buf, unsigned long size, long max_mem, ighdr *o) {
 	if (setjmp(g->jb)) return -1;
 	g->d.mem->max_memory_to_use = max_mem;
 	jpeg_mem_src(&g->d, buf, size);
 	jpeg_read_header(&g->d, TRUE); // a stream without an image is an error (JERR_NO_IMAGE)
-	out[0] = (int)g->d.image_width;
-	out[1] = (int)g->d.image_height;
-	out[2] = g->d.num_components;
-	out[3] = (int)g->d.jpeg_color_space;
-	out[4] = g->d.progressive_mode;
+	o->w = (int)g->d.image_width;
+	o->h = (int)g->d.image_height;
+	o->comps = g->d.num_components;
+	o->cs = (int)g->d.jpeg_color_space;
+	o->progressive = g->d.progressive_mode;
+	o->multiscan = jpeg_has_multiple_scans(&g->d);
+	o->max_h = g->d.max_h_samp_factor;
+	o->max_v = g->d.max_v_samp_factor;
+	for (int i = 0; i < g->d.num_components && i < 4; i++) {
+		jpeg_component_info *c = &g->d.comp_info[i];
+		o->hs[i] = c->h_samp_factor;
+		o->vs[i] = c->v_samp_factor;
+		o->wib[i] = (int)c->width_in_blocks;
+		o->hib[i] = (int)c->height_in_blocks;
+	}
+	return 0;
+}
+
+// ig_jpeg_calc computes the output size at scale num/8 in the chosen color
+// space without decoding: out[0], out[1] the output size, out[2..5] each
+// component's IDCT output block size (libjpeg-turbo scales chroma up in the
+// IDCT instead of upsampling where it can). Allocates nothing.
+static int ig_jpeg_calc(igjpeg *g, int num, int gray, int cmyk, int *out) {
+	if (setjmp(g->jb)) return -1;
+	g->d.scale_num = num;
+	g->d.scale_denom = 8;
+	g->d.out_color_space = gray ? JCS_GRAYSCALE : cmyk ? JCS_CMYK : JCS_RGB;
+	jpeg_calc_output_dimensions(&g->d);
+	out[0] = (int)g->d.output_width;
+	out[1] = (int)g->d.output_height;
+	for (int i = 0; i < g->d.num_components && i < 4; i++) out[2 + i] = g->d.comp_info[i].DCT_scaled_size;
 	return 0;
 }
 
@@ -112,6 +146,10 @@ static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char 
 		for (int i = 0; i < n; i++) ptr[i] = dst + (long)(g->d.output_scanline + i) * pitch;
 		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) break;
 		*rows = (int)g->d.output_scanline;
+	}
+	if (g->measure) { // before jpeg_finish_decompress frees the image's memory
+		struct mallinfo2 m = mallinfo2();
+		g->in_use = m.uordblks + m.hblkhd;
 	}
 	if (*rows == (int)g->d.output_height) jpeg_finish_decompress(&g->d); // reads to EOI
 	return 0;
@@ -175,7 +213,8 @@ const (
 // calls (pinned Go memory handed to C).
 type jpegDecoder struct {
 	g   *C.igjpeg
-	hdr [5]C.int
+	hdr C.ighdr
+	dim [6]C.int // output width, height, and each component's IDCT block size
 	out [3]C.int // rows written, output width, output height
 	pin runtime.Pinner
 }
@@ -183,8 +222,108 @@ type jpegDecoder struct {
 func (d *jpegDecoder) message() string { return C.GoString(&d.g.msg[0]) }
 
 // jpegDecoders pools the Go side of jpegDecoder (its C decompressor is never
-// reused); every call writes hdr and out before they are read.
+// reused); every call writes hdr, dim and out before they are read.
 var jpegDecoders = sync.Pool{New: func() any { return new(jpegDecoder) }}
+
+// open creates the decompressor and pins data for it: libjpeg reads data
+// between calls. close must follow, whatever happens.
+func (d *jpegDecoder) open(data []byte) error {
+	d.g = C.ig_jpeg_new()
+	if d.g == nil {
+		return fmt.Errorf("cannot decode JPEG: cannot create a decompressor: %w", ErrBadImage)
+	}
+	d.pin.Pin(unsafe.SliceData(data))
+	return nil
+}
+
+// close frees the decompressor (all of libjpeg's memory) and unpins the data.
+// It may be called more than once.
+func (d *jpegDecoder) close() {
+	if d.g != nil {
+		C.ig_jpeg_free(d.g)
+		d.g = nil
+	}
+	d.pin.Unpin()
+}
+
+// jpegPlan is how a JPEG will be decoded under p's options: what its
+// header declares and the DCT scale chosen for it.
+type jpegPlan struct {
+	w, h, comps  int // as stored
+	gray, cmyk   bool
+	progressive  bool // progressive mode (a scan count limit applies)
+	multiscan    bool // several scans: libjpeg keeps every coefficient of the image
+	maxH, maxV   int  // largest sampling factors
+	hs, vs       [4]int
+	wib, hib     [4]int // component size in 8x8 blocks
+	orient       int    // EXIF orientation 1..8
+	dispW, dispH int    // displayed size (after orientation)
+	num          int    // DCT scale num/8
+	sw, sh       int    // decoded (scaled) size
+	dct          [4]int // per component IDCT output block size at that scale
+	bpp, ch      int    // bytes per decoded pixel (4 for CMYK), channels after conversion
+}
+
+// jpegHeader reads data's headers with d (opened on data) and plans the
+// decode: errors are those Process returns for the same headers.
+func (p *Preprocessor) jpegHeader(d *jpegDecoder, data []byte) (jpegPlan, error) {
+	in := (*C.uchar)(unsafe.Pointer(unsafe.SliceData(data)))
+	if C.ig_jpeg_header(d.g, in, C.ulong(len(data)), C.long(p.jpegMaxMemory()), &d.hdr) != 0 {
+		return jpegPlan{}, fmt.Errorf("cannot decode JPEG header: %s: %w", d.message(), ErrBadImage)
+	}
+	h := &d.hdr
+	pl := jpegPlan{w: int(h.w), h: int(h.h), comps: int(h.comps), progressive: h.progressive != 0,
+		multiscan: h.multiscan != 0, maxH: int(h.max_h), maxV: int(h.max_v)}
+	for i := range min(pl.comps, 4) {
+		pl.hs[i], pl.vs[i], pl.wib[i], pl.hib[i] = int(h.hs[i]), int(h.vs[i]), int(h.wib[i]), int(h.hib[i])
+	}
+	if err := p.checkPixels("JPEG", pl.w, pl.h); err != nil {
+		return jpegPlan{}, err
+	}
+	cs := h.cs
+	switch {
+	case cs == jcsGray && pl.comps == 1:
+		pl.gray = true
+	case (cs == jcsYCbCr || cs == jcsRGB) && pl.comps == 3:
+	case (cs == jcsCMYK || cs == jcsYCCK) && pl.comps == 4:
+		pl.cmyk = true
+	default:
+		return jpegPlan{}, fmt.Errorf("cannot decode JPEG: %d components in colorspace %d are not supported: %w", pl.comps, int(cs), ErrUnsupportedFormat)
+	}
+	pl.orient = jpegOrientation(data)
+	pl.dispW, pl.dispH = pl.w, pl.h
+	if pl.orient >= 5 {
+		pl.dispW, pl.dispH = pl.h, pl.w
+	}
+	// Target size of the resize, in stored orientation.
+	tw, th := p.opts.Width, p.opts.Height
+	if p.opts.Mode == ModeShorterSide {
+		tw, th, _, _ = p.geometry(pl.dispW, pl.dispH)
+	}
+	if pl.orient >= 5 {
+		tw, th = th, tw
+	}
+	pl.num = p.pickScale(pl.w, pl.h, tw, th)
+	if C.ig_jpeg_calc(d.g, C.int(pl.num), cbool(pl.gray), cbool(pl.cmyk), &d.dim[0]) != 0 {
+		return jpegPlan{}, fmt.Errorf("cannot decode JPEG header: %s: %w", d.message(), ErrBadImage)
+	}
+	pl.sw = (pl.w*pl.num + 7) / 8 // libjpeg's jdiv_round_up
+	pl.sh = (pl.h*pl.num + 7) / 8
+	if int(d.dim[0]) != pl.sw || int(d.dim[1]) != pl.sh {
+		return jpegPlan{}, fmt.Errorf("cannot decode JPEG: scaled size %dx%d, expected %dx%d: %w", int(d.dim[0]), int(d.dim[1]), pl.sw, pl.sh, ErrBadImage)
+	}
+	for i := range min(pl.comps, 4) {
+		pl.dct[i] = int(d.dim[2+i])
+	}
+	pl.bpp, pl.ch = 3, 3
+	switch {
+	case pl.gray:
+		pl.bpp, pl.ch = 1, 1
+	case pl.cmyk:
+		pl.bpp = 4
+	}
+	return pl, nil
+}
 
 // decodeJPEG decodes data into s.dec at the chosen DCT scale and applies
 // the EXIF orientation.
@@ -196,61 +335,21 @@ func (p *Preprocessor) decodeJPEG(data []byte, s *scratch) (source, error) {
 		d = jpegDecoders.Get().(*jpegDecoder)
 		defer jpegDecoders.Put(d)
 	}
-	d.g = C.ig_jpeg_new()
-	if d.g == nil {
-		return source{}, fmt.Errorf("cannot decode JPEG: cannot create a decompressor: %w", ErrBadImage)
-	}
-	defer func() {
-		C.ig_jpeg_free(d.g)
-		d.g = nil
-	}()
-	// libjpeg reads data between calls: it stays pinned until the decompressor is freed.
-	d.pin.Pin(unsafe.SliceData(data))
-	defer d.pin.Unpin()
-	in := (*C.uchar)(unsafe.Pointer(unsafe.SliceData(data)))
-	if C.ig_jpeg_header(d.g, in, C.ulong(len(data)), C.long(p.jpegMaxMemory()), &d.hdr[0]) != 0 {
-		return source{}, fmt.Errorf("cannot decode JPEG header: %s: %w", d.message(), ErrBadImage)
-	}
-	W, H, comps, cs := int(d.hdr[0]), int(d.hdr[1]), int(d.hdr[2]), d.hdr[3]
-	if err := p.checkPixels("JPEG", W, H); err != nil {
+	if err := d.open(data); err != nil {
 		return source{}, err
 	}
-	gray, cmyk := false, false
-	switch {
-	case cs == jcsGray && comps == 1:
-		gray = true
-	case (cs == jcsYCbCr || cs == jcsRGB) && comps == 3:
-	case (cs == jcsCMYK || cs == jcsYCCK) && comps == 4:
-		cmyk = true
-	default:
-		return source{}, fmt.Errorf("cannot decode JPEG: %d components in colorspace %d are not supported: %w", comps, int(cs), ErrUnsupportedFormat)
+	defer d.close()
+	pl, err := p.jpegHeader(d, data)
+	if err != nil {
+		return source{}, err
 	}
-	o := jpegOrientation(data)
-	dispW, dispH := W, H
-	if o >= 5 {
-		dispW, dispH = H, W
-	}
-	// Target size of the resize, in stored orientation.
-	tw, th := p.opts.Width, p.opts.Height
-	if p.opts.Mode == ModeShorterSide {
-		tw, th, _, _ = p.geometry(dispW, dispH)
-	}
-	if o >= 5 {
-		tw, th = th, tw
-	}
-	num := p.pickScale(W, H, tw, th)
-	sw := (W*num + 7) / 8 // libjpeg's jdiv_round_up
-	sh := (H*num + 7) / 8
-	bpp, ch := 3, 3
-	switch {
-	case gray:
-		bpp, ch = 1, 1
-	case cmyk:
-		bpp = 4
+	sw, sh, bpp := pl.sw, pl.sh, pl.bpp
+	if jpegMemHook != nil {
+		d.g.measure = 1
 	}
 	s.dec = s.buf(sw * sh * bpp)
 	buf := *s.dec
-	rc := C.ig_jpeg_decode(d.g, C.int(num), cbool(gray), cbool(cmyk), (*C.uchar)(unsafe.Pointer(unsafe.SliceData(buf))),
+	rc := C.ig_jpeg_decode(d.g, C.int(pl.num), cbool(pl.gray), cbool(pl.cmyk), (*C.uchar)(unsafe.Pointer(unsafe.SliceData(buf))),
 		C.long(sw*bpp), C.int(sh), &d.out[0], &d.out[1], &d.out[2])
 	if rc != 0 {
 		return source{}, fmt.Errorf("cannot decode JPEG: %s: %w", d.message(), ErrBadImage)
@@ -263,23 +362,32 @@ func (p *Preprocessor) decodeJPEG(data []byte, s *scratch) (source, error) {
 	if d.g.truncated != 0 {
 		return source{}, fmt.Errorf("cannot decode JPEG: data is truncated (%s): %w", d.message(), ErrBadImage)
 	}
-	if cmyk {
+	if jpegMemHook != nil {
+		jpegMemHook(int64(d.g.in_use))
+	}
+	d.close() // libjpeg's memory goes back before the pixels are oriented and resampled
+	if pl.cmyk {
 		cmykToRGB(buf[:sw*sh*4], sw*sh)
 		bpp = 3
 		buf = buf[:sw*sh*3]
 	}
 	src := source{
-		pix: buf, stride: sw * bpp, bpp: bpp, ch: ch, w: sw, h: sh,
-		x0: 0, x1: float64(W*num) / 8,
-		y0: 0, y1: float64(H*num) / 8,
-		dispW: dispW, dispH: dispH,
+		pix: buf, stride: sw * bpp, bpp: bpp, ch: pl.ch, w: sw, h: sh,
+		x0: 0, x1: float64(pl.w*pl.num) / 8,
+		y0: 0, y1: float64(pl.h*pl.num) / 8,
+		dispW: pl.dispW, dispH: pl.dispH,
 	}
-	if o != 1 {
+	if pl.orient != 1 {
 		s.rot = s.buf(sw * sh * bpp)
-		src = orient(&src, o, *s.rot)
+		src = orient(&src, pl.orient, *s.rot)
 	}
 	return src, nil
 }
+
+// jpegMemHook, when set (tests only), receives the C heap in use (mallinfo2)
+// when a JPEG decode held the most C memory: after its last row, before
+// jpeg_finish_decompress freed the image's buffers.
+var jpegMemHook func(cInUse int64)
 
 // newAndFreeDecompressor creates and destroys one decompressor: what every
 // image pays for not reusing one (BenchmarkJPEGDecompressorNew).

@@ -55,6 +55,7 @@ func putBuf(b *[]byte) {
 // buffer or fail, the resampler writes each row before reading it).
 type scratch struct {
 	dec, rot *[]byte // decoded and oriented pixels (size-classed pools)
+	in       *[]byte // a copy of the input (PNG without its ancillary chunks)
 	tmp      []uint8 // output of the horizontal pass
 	row      []uint8 // one output row
 	acc      []int32 // vertical accumulators for one output row
@@ -86,7 +87,8 @@ func putScratch(s *scratch) {
 	}
 	putBuf(s.dec)
 	putBuf(s.rot)
-	s.dec, s.rot = nil, nil
+	putBuf(s.in)
+	s.dec, s.rot, s.in = nil, nil, nil
 	if cap(s.tmp) > maxScratchKeep {
 		s.tmp = nil
 	}

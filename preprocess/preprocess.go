@@ -9,7 +9,8 @@ import (
 // Sentinel errors. Every error returned by Process and ProcessUint8 wraps
 // exactly one of them (test with errors.Is).
 var (
-	// ErrUnsupportedFormat: the bytes are not JPEG, PNG or WebP (HTTP 415).
+	// ErrUnsupportedFormat: the bytes are not JPEG, PNG, WebP, GIF, BMP or
+	// TIFF, or use a feature this package's codecs lack (HTTP 415).
 	ErrUnsupportedFormat = errors.New("preprocess: unsupported image format")
 	// ErrTooLarge: the header declares more pixels than max_pixels (HTTP 413).
 	ErrTooLarge = errors.New("preprocess: image too large")
@@ -240,11 +241,13 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 	case formatJPEG:
 		src, err = p.decodeJPEG(data, s)
 	case formatPNG:
-		src, err = p.decodePNG(data, s)
+		return p.decodePNG(data, s, out) // streams rows into the resampler
 	case formatWebP:
-		src, err = p.decodeWebP(data, s)
+		return p.decodeWebP(data, s, out)
+	case formatGIF, formatBMP, formatTIFF:
+		return p.decodeOther(detectFormat(data), data, s, out)
 	default:
-		return fmt.Errorf("cannot decode image: not JPEG, PNG or WebP (first bytes % x): %w", data[:min(len(data), 8)], ErrUnsupportedFormat)
+		return unsupported(data)
 	}
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ func TestErrorClasses(t *testing.T) {
 		message string
 	}{
 		{"empty.jpg", ErrBadImage, "empty body"},
-		{"not_an_image.jpg", ErrUnsupportedFormat, "not JPEG, PNG or WebP"},
+		{"not_an_image.jpg", ErrUnsupportedFormat, "not JPEG, PNG, WebP, GIF, BMP or TIFF"},
 		{"truncated_landscape.jpg", ErrBadImage, "truncated"},
 		{"bomb_50000x50000.png", ErrTooLarge, "max_pixels=50000000"},
 	}
@@ -101,7 +101,9 @@ func TestErrorClassesInMemory(t *testing.T) {
 		want error
 	}{
 		{"nil", p, nil, ErrBadImage},
-		{"gif", p, []byte("GIF89a\x01\x00\x01\x00"), ErrUnsupportedFormat},
+		{"gif header cut", p, []byte("GIF89a\x01\x00\x01\x00"), ErrBadImage},
+		{"psd", p, []byte("8BPS\x00\x01\x00\x00\x00\x00\x00\x00"), ErrUnsupportedFormat},
+		{"BM and text", p, []byte("BMW is a car maker, not a bitmap"), ErrUnsupportedFormat},
 		{"jpeg magic only", p, []byte{0xFF, 0xD8, 0xFF}, ErrBadImage},
 		{"jpeg header cut", p, jpegData[:200], ErrBadImage},
 		{"jpeg scan cut", p, jpegData[:len(jpegData)/2], ErrBadImage},

@@ -134,30 +134,85 @@ func clip8(v int32) uint8 {
 	return uint8(v >> precisionBits)
 }
 
-// resample resizes src to the configured geometry, crops, and writes the
-// slot into out.
-func (p *Preprocessor) resample(src *source, s *scratch, out sink) error {
+// plan returns the weights of both passes for src's geometry (src.pix is
+// not read) and the rows [yFirst, yLast) of src that feed the output.
+func (p *Preprocessor) plan(src *source) (hc, vc *coeffs, yFirst, yLast int) {
 	o := &p.opts
 	W, H := o.Width, o.Height
 	rw, rh, left, top := p.geometry(src.dispW, src.dispH)
-	hc := p.cc.get(src.w, src.x0, src.x1, rw, left, W)
-	vc := p.cc.get(src.h, src.y0, src.y1, rh, top, H)
-	yFirst := int(vc.bounds[0])
-	yLast := int(vc.bounds[2*H-2] + vc.bounds[2*H-1])
-	nrows := yLast - yFirst
-	ch := src.ch
-	rowLen := W * ch
-	s.tmp = grow(s.tmp, nrows*rowLen)
-	tmp := s.tmp
-	for r := range nrows {
-		in := src.pix[(yFirst+r)*src.stride:]
-		dst := tmp[r*rowLen : (r+1)*rowLen]
-		if ch == 3 {
-			hrow3(dst, in, src.bpp, hc)
-		} else {
-			hrow1(dst, in, hc)
-		}
+	hc = p.cc.get(src.w, src.x0, src.x1, rw, left, W)
+	vc = p.cc.get(src.h, src.y0, src.y1, rh, top, H)
+	yFirst = int(vc.bounds[0])
+	yLast = int(vc.bounds[2*H-2] + vc.bounds[2*H-1])
+	return hc, vc, yFirst, yLast
+}
+
+// span returns the source columns [xFirst, xLast) and rows [yFirst, yLast)
+// that the resize of a source with g's geometry reads.
+func (p *Preprocessor) span(g *source) (xFirst, xLast, yFirst, yLast int) {
+	hc, _, yFirst, yLast := p.plan(g)
+	W := p.opts.Width
+	return int(hc.bounds[0]), int(hc.bounds[2*W-2] + hc.bounds[2*W-1]), yFirst, yLast
+}
+
+// resampleBytes is the scratch memory resample allocates for src's geometry:
+// the horizontal pass's rows, one row of accumulators and one output row.
+func (p *Preprocessor) resampleBytes(src *source) int64 {
+	_, _, yFirst, yLast := p.plan(src)
+	rowLen := int64(p.opts.Width * src.ch)
+	return goAlloc(int64(yLast-yFirst)*rowLen) + goAlloc(4*rowLen) + goAlloc(rowLen)
+}
+
+// resample resizes src to the configured geometry, crops, and writes the
+// slot into out.
+func (p *Preprocessor) resample(src *source, s *scratch, out sink) error {
+	j := p.newJob(s, src)
+	for y := j.yFirst; y < j.yLast; y++ {
+		j.row(y, src.pix[y*src.stride:], src.bpp, 0)
 	}
+	p.finishJob(&j, s, out)
+	return nil
+}
+
+// resampleJob is one resize whose source rows arrive one at a time, in any
+// order (a streaming decoder gives them top to bottom): the horizontal pass
+// runs on each row as it comes, the vertical pass at the end.
+type resampleJob struct {
+	hc, vc        *coeffs
+	ch            int
+	yFirst, yLast int // source rows that feed the output
+	xFirst, xLast int // source columns the horizontal pass reads
+	rowLen        int // bytes of one horizontal-pass row: Width*ch
+	tmp           []uint8
+}
+
+// newJob plans the resize of a source with g's geometry (g.pix is not read).
+func (p *Preprocessor) newJob(s *scratch, g *source) resampleJob {
+	hc, vc, yFirst, yLast := p.plan(g)
+	W := p.opts.Width
+	j := resampleJob{hc: hc, vc: vc, ch: g.ch, yFirst: yFirst, yLast: yLast, rowLen: W * g.ch,
+		xFirst: int(hc.bounds[0]), xLast: int(hc.bounds[2*W-2] + hc.bounds[2*W-1])}
+	s.tmp = grow(s.tmp, (yLast-yFirst)*j.rowLen)
+	j.tmp = s.tmp
+	return j
+}
+
+// row runs the horizontal pass on source row y (yFirst <= y < yLast): in
+// holds its pixels (bpp bytes each) from column xoff <= xFirst to at least
+// xLast. Every row of the span must be given once before finishJob.
+func (j *resampleJob) row(y int, in []uint8, bpp, xoff int) {
+	dst := j.tmp[(y-j.yFirst)*j.rowLen : (y-j.yFirst+1)*j.rowLen]
+	if j.ch == 3 {
+		hrow3(dst, in, bpp, j.hc, xoff)
+	} else {
+		hrow1(dst, in, j.hc, xoff)
+	}
+}
+
+// finishJob runs the vertical pass and writes the slot into out.
+func (p *Preprocessor) finishJob(j *resampleJob, s *scratch, out sink) {
+	H := p.opts.Height
+	rowLen, ch, tmp, vc, yFirst := j.rowLen, j.ch, j.tmp, j.vc, j.yFirst
 	s.acc = grow(s.acc, rowLen)
 	s.row = grow(s.row, rowLen)
 	acc, row := s.acc, s.row
@@ -189,16 +244,16 @@ func (p *Preprocessor) resample(src *source, s *scratch, out sink) error {
 		}
 		p.emit(out, yy, row, ch)
 	}
-	return nil
 }
 
-// hrow3 resamples one row of RGB(x) pixels with bpp bytes per pixel.
-func hrow3(dst, in []uint8, bpp int, c *coeffs) {
+// hrow3 resamples one row of RGB(x) pixels with bpp bytes per pixel; in
+// starts at column xoff.
+func hrow3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 	ks := c.ksize
 	n := len(dst) / 3
 	b := c.bounds[:2*n]
 	for xx := range n {
-		xmin := int(b[2*xx])
+		xmin := int(b[2*xx]) - xoff
 		k := c.k[xx*ks : xx*ks+int(b[2*xx+1])]
 		px := in[xmin*bpp:]
 		s0, s1, s2 := half, half, half
@@ -215,12 +270,12 @@ func hrow3(dst, in []uint8, bpp int, c *coeffs) {
 	}
 }
 
-// hrow1 resamples one row of gray pixels.
-func hrow1(dst, in []uint8, c *coeffs) {
+// hrow1 resamples one row of gray pixels; in starts at column xoff.
+func hrow1(dst, in []uint8, c *coeffs, xoff int) {
 	ks := c.ksize
 	b := c.bounds[:2*len(dst)]
 	for xx := range dst {
-		xmin := int(b[2*xx])
+		xmin := int(b[2*xx]) - xoff
 		k := c.k[xx*ks : xx*ks+int(b[2*xx+1])]
 		px := in[xmin:]
 		px = px[:len(k)]

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev ca-certificates curl unzip make git)
+pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev libspng-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ "${1:-}" = test ]; then
   pkgs+=(chromium haproxy prometheus)
