@@ -249,7 +249,11 @@ func (r *request) decodeImage(i int, img []byte) error {
 		return err
 	}
 	t := time.Now()
-	err = samples.decode(i, img)
+	if heavy {
+		err = atLowPriority(func() error { return samples.decode(i, img) })
+	} else {
+		err = samples.decode(i, img)
+	}
 	d := time.Since(t)
 	s.gate.release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())

@@ -1,25 +1,18 @@
 package gateway
 
 import (
-	"bytes"
-	"image"
-	_ "image/jpeg" // header parsing only: DecodeConfig
-	_ "image/png"
-
-	_ "golang.org/x/image/webp"
-
 	"github.com/imagegate/imagegate/preprocess"
 )
 
-// decodeCost estimates, from an image's header, the memory its decode holds at its peak and
-// whether it is heavy (a decoded size above heavyPixelBytes). A header that cannot be read
-// costs little: the decode itself then fails at once, with the precise error.
-func decodeCost(_ *preprocess.Preprocessor, img []byte) (int64, bool, error) {
-	const unknown = 1 << 20
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(img))
+// decodeCost reads an image's header and returns the memory its decode holds at its peak
+// (preprocess's PeakBytes: the budget to take before decoding) and whether it is heavy (a
+// decoded size, width x height x channels x bytes per sample, above heavyPixelBytes: such
+// decodes may use half the workers only). A header the decoder would refuse is refused here,
+// before any worker or memory is taken.
+func decodeCost(pre *preprocess.Preprocessor, img []byte) (int64, bool, error) {
+	info, err := pre.Probe(img)
 	if err != nil {
-		return unknown, false, nil
+		return 0, false, err
 	}
-	decoded := int64(cfg.Width) * int64(cfg.Height) * 4
-	return min(decoded, 64<<20) + unknown, decoded > heavyPixelBytes, nil
+	return info.PeakBytes, info.DecodedBytes > heavyPixelBytes, nil
 }

@@ -20,7 +20,7 @@ import (
 //	POST /v2/models/{m}[/versions/{v}]/infer  inference
 //
 // Each model is served under two names. {name} is its image interface: one BYTES input of
-// encoded images (JPEG, PNG, WebP), preprocessed in the gateway; in JSON each
+// encoded images (JPEG, PNG, WebP, GIF, BMP, TIFF), preprocessed in the gateway; in JSON each
 // element is a base64 string, in binary tensor data the image's raw bytes. It also takes an
 // FP32/UINT8 tensor of the model's input shape, for clients that preprocess. {name}.tensor is
 // its tensor interface: one FP32 (or UINT8) input of the model's shape [-1, ...], already
@@ -128,7 +128,7 @@ func (s *Server) modelMetadata(ctx *fasthttp.RequestCtx, m *model, tensorOnly bo
 	versions := s.versions(m.name)
 	input := map[string]any{"name": m.inputName, "datatype": "BYTES", "shape": []int64{-1},
 		"parameters": map[string]any{
-			"content":         "encoded image: JPEG, PNG or WebP",
+			"content":         "encoded image: JPEG, PNG, WebP, GIF (first frame), BMP or TIFF",
 			"json_encoding":   "base64 string per image (a data: URL prefix is accepted)",
 			"binary_encoding": "the image's raw bytes",
 			"tensor_model":    m.name + tensorSuffix,

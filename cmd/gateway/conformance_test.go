@@ -671,13 +671,15 @@ func TestConformance(t *testing.T) {
 		}
 		c.refused(tc.name, c.post(path, body, hl), 400)
 	}
-	// An image format the gateway does not decode (its metadata names JPEG, PNG and WebP).
+	// The image formats the metadata names: a GIF is decoded (its first frame); an image in
+	// none of them is a 415.
 	var gifBuf bytes.Buffer
 	gif.Encode(&gifBuf, image.NewPaletted(image.Rect(0, 0, 32, 32), color.Palette{color.White, color.Black}), nil)
-	if !strings.Contains(string(g.do("GET", "/v2/models/mobilenetv2", "", nil).body), "JPEG, PNG or WebP") {
+	if !strings.Contains(string(g.do("GET", "/v2/models/mobilenetv2", "", nil).body), "JPEG, PNG, WebP, GIF (first frame), BMP or TIFF") {
 		t.Errorf("the metadata does not name the image formats")
 	}
-	c.refused("a GIF image", c.post(infer, []byte(bytesIn("[1]", `["`+b64(gifBuf.Bytes())+`"]`)), -1), 415)
+	c.ok("a GIF image", c.post(infer, []byte(bytesIn("[1]", `["`+b64(gifBuf.Bytes())+`"]`)), -1))
+	c.refused("an ICO image", c.post(infer, []byte(bytesIn("[1]", `["`+b64([]byte("\x00\x00\x01\x00\x01\x00\x10\x10"))+`"]`)), -1), 415)
 	// Not an inference method.
 	if a := g.do("GET", infer, "", nil); a.status != 405 {
 		t.Errorf("GET %s: %d", infer, a.status)
