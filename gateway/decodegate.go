@@ -37,7 +37,9 @@ type decodeGate struct {
 	n          int
 	mem        *budget
 	decodeHeld int64 // bytes of the budget held by running decodes
-	svc        ewma  // decode wall time, ns
+	svc        ewma  // decode wall time of ordinary images, ns
+	heavySvc   ewma  // decode wall time of heavy images, ns
+	heavyWait  int   // heavy waiters
 
 	refused, shed, tooLarge uint64 // counters (under mu)
 	waiters                 sync.Pool
@@ -59,7 +61,7 @@ type waiter struct {
 
 func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
 	g := &decodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
-	g.svc.alpha = 0.1
+	g.svc.alpha, g.heavySvc.alpha = 0.1, 0.2
 	g.waiters.New = func() any { return &waiter{ready: make(chan error, 1)} }
 	mem.released = g.kick
 	return g
@@ -91,9 +93,8 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		g.mu.Unlock()
 		return errMemory
 	}
-	svc := g.svc.duration()
 	// Predicted: the decodes ahead spread over the workers, then this one, then downstream.
-	wait := time.Duration(int64(g.n+g.busy) * int64(svc) / int64(g.workers))
+	wait, svc := g.predict(heavy)
 	if time.Now().Add(wait + svc + after).After(deadline) {
 		g.shed++
 		g.mu.Unlock()
@@ -138,7 +139,11 @@ func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
 	if heavy {
 		g.heavy--
 	}
-	if took > 0 {
+	switch {
+	case took <= 0:
+	case heavy:
+		g.heavySvc.observe(float64(took))
+	default:
 		g.svc.observe(float64(took))
 	}
 	g.mu.Unlock()
@@ -172,9 +177,12 @@ func (g *decodeGate) tryTake(cost int64, heavy bool) bool {
 // make their deadline. g.mu held.
 func (g *decodeGate) dispatch() {
 	now := time.Now()
-	svc := g.svc.duration()
 	for w := g.head; w != nil && g.busy < g.workers; {
 		next := w.next
+		svc := g.svc.duration()
+		if w.heavy {
+			svc = g.heavySvc.duration()
+		}
 		switch {
 		case now.Add(svc + w.downstream()).After(w.deadline):
 			g.remove(w)
@@ -204,6 +212,9 @@ var errMemory = fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is
 
 func (g *decodeGate) push(w *waiter) {
 	w.prev, w.next, w.queued = g.tail, nil, true
+	if w.heavy {
+		g.heavyWait++
+	}
 	if g.tail != nil {
 		g.tail.next = w
 	} else {
@@ -226,6 +237,9 @@ func (g *decodeGate) remove(w *waiter) {
 	}
 	w.prev, w.next, w.queued = nil, nil, false
 	g.n--
+	if w.heavy {
+		g.heavyWait--
+	}
 }
 
 // stats returns the queue length and the workers in use.
@@ -239,8 +253,25 @@ func (g *decodeGate) stats() (waiting, busy int) {
 func (g *decodeGate) predictWait() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	svc := g.svc.duration()
-	return time.Duration(int64(g.n+g.busy)*int64(svc)/int64(g.workers)) + svc
+	wait, svc := g.predict(false)
+	return wait + svc
+}
+
+// predict returns the predicted wait for a worker of a decode arriving now, and its decode
+// time. Ordinary decodes wait for those ahead spread over the workers; a heavy one for the
+// heavy ones ahead spread over the heavy slots (it may not use the others). g.mu held.
+func (g *decodeGate) predict(heavy bool) (wait, svc time.Duration) {
+	svc = g.svc.duration()
+	wait = time.Duration(int64(g.n-g.heavyWait+g.busy-g.heavy) * int64(svc) / int64(g.workers))
+	if heavy {
+		hs := g.heavySvc.duration()
+		if hs == 0 {
+			hs = svc
+		}
+		wait = max(wait, time.Duration(int64(g.heavyWait+g.heavy)*int64(hs)/int64(g.heavyMax)))
+		svc = hs
+	}
+	return wait, svc
 }
 
 // ewma is an exponentially weighted moving average; zero until the first observation.
