@@ -91,9 +91,8 @@ func (t *connTracker) admit(c *conn) bool {
 	return false
 }
 
-// closeIdle closes the keep-alive connections waiting for their next request (a drain
-// starts: their clients reconnect while the listener still accepts, rather than find the
-// connection closed under their next request when the drain ends).
+// closeIdle closes the keep-alive connections waiting for their next request (the end of a
+// drain), except those on which a request is arriving.
 func (t *connTracker) closeIdle() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -109,8 +108,8 @@ func (t *connTracker) closeIdle() {
 	}
 }
 
-// closeQuietNew closes new connections that have sent nothing for newIdleAfter (a drain is
-// ending: one that has not sent its request yet is not going to be served).
+// closeQuietNew closes new connections that have sent nothing for newIdleAfter (the end of a
+// drain: one that has not sent its request yet is not going to be served).
 func (t *connTracker) closeQuietNew() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

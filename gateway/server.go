@@ -230,27 +230,18 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.ready.Store(false)
-	// Keep-alive connections that go idle during the drain are closed as they do (their
-	// clients reconnect while the listener still accepts), rather than all at once when the
-	// listener closes, which a client can race with its next request. Responses meanwhile
-	// carry Connection: close.
-	s.conns.closeIdle()
-	delay := time.NewTimer(s.opts.DrainDelay)
-	tick := time.NewTicker(100 * time.Millisecond)
-wait:
-	for {
+	// No connection is closed under a client during the drain: every response carries
+	// Connection: close, so a keep-alive connection ends after its next answer (or when its
+	// client closes it). Closing an idle one from here races with a client sending its next
+	// request on it, which then gets a reset instead of an answer.
+	if d := s.opts.DrainDelay; d > 0 {
+		t := time.NewTimer(d)
 		select {
-		case <-tick.C:
-			s.conns.closeIdle()
-		case <-delay.C:
-			break wait
+		case <-t.C:
 		case <-ctx.Done():
-			break wait
+			t.Stop()
 		}
 	}
-	tick.Stop()
-	delay.Stop()
-	s.conns.closeIdle()
 	// Stop accepting: the listener accepts what waits in its backlog first, and those
 	// connections are served. (Not fasthttp's Shutdown: it closes connections it sees idle
 	// even when a request has just arrived on them, and drops that request.)
@@ -278,14 +269,20 @@ wait:
 			errs = append(errs, fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace))
 		}
 	}
-	// The answers are written and carry Connection: close; the connections close after them.
-	// Those still open are idle (or a client reads slowly): idle ones are closed once no
-	// request is arriving on them. A connection still open after connCloseGrace does not hold
-	// up the exit.
-	for end := time.Now().Add(connCloseGrace); s.conns.count() > 0 && time.Now().Before(end); {
-		s.conns.closeIdle()
-		s.conns.closeQuietNew()
+	// The answers are written and carry Connection: close. Connections still open are idle
+	// keep-alive ones (or a client reads slowly): for connCloseGrace their clients may still
+	// send a request on them, answered (and the connection closed after it); then the idle
+	// ones are closed, after a check that no request is arriving, and the last requests
+	// answered. A connection that stays open does not hold up the exit.
+	for end := time.Now().Add(connCloseGrace); (s.conns.count() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
+	}
+	s.conns.closeIdle()
+	s.conns.closeQuietNew()
+	if s.inflight.Load() > 0 {
+		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
+		s.waitIdle(grace)
+		cancel()
 	}
 	if err := s.closeModels(context.Background()); err != nil {
 		errs = append(errs, err)
