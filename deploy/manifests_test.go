@@ -365,8 +365,10 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 
 	// The drain fits in the grace period.
 	grace := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
-	if need := cfg.drainDelay + cfg.shutdownTimeout; grace < need {
-		t.Errorf("terminationGracePeriodSeconds %v < server.drain_delay %v + server.shutdown_timeout %v", grace, cfg.drainDelay, cfg.shutdownTimeout)
+	// The gateway's drain lasts at most drain_delay + shutdown_timeout + 4 s (gateway.ShutdownTail:
+	// the 503s after shutdown_timeout, then idle keep-alive connections).
+	if need := cfg.drainDelay + cfg.shutdownTimeout + 4*time.Second; grace < need {
+		t.Errorf("terminationGracePeriodSeconds %v < server.drain_delay %v + server.shutdown_timeout %v + 4s", grace, cfg.drainDelay, cfg.shutdownTimeout)
 	}
 	if cfg.drainDelay < 2*time.Second {
 		t.Errorf("server.drain_delay %v: the endpoint removal needs a few seconds to reach every load balancer", cfg.drainDelay)
@@ -732,8 +734,8 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 	}
 	// Without a gateway.yaml in the model directory the drain takes model-directory mode's
 	// defaults (cmd/gateway/kserve.go): drain_delay 5s + shutdown_timeout 20s.
-	if g := isvc.Spec.Predictor.TerminationGracePeriodSeconds; g == nil || *g < 25 {
-		t.Errorf("InferenceService predictor terminationGracePeriodSeconds should cover the default drain (5s + 20s)")
+	if g := isvc.Spec.Predictor.TerminationGracePeriodSeconds; g == nil || *g < 29 {
+		t.Errorf("InferenceService predictor terminationGracePeriodSeconds should cover the default drain (5s + 20s + 4s)")
 	}
 	if isvc.Metadata.Annotations["serving.kserve.io/autoscalerClass"] != "external" ||
 		hpa.Spec.ScaleTargetRef.Name != isvc.Metadata.Name+"-predictor" {

@@ -292,9 +292,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// A drain takes at most drain_delay + shutdown_timeout + ShutdownTail (a process manager's
+// grace period, Kubernetes' terminationGracePeriodSeconds, must cover it).
+const ShutdownTail = abortGrace + connCloseGrace
+
 const (
-	// abortGrace bounds the wait for the 503s written after shutdown_timeout.
-	abortGrace = 5 * time.Second
+	// abortGrace bounds the wait for the 503s written after shutdown_timeout (the requests are
+	// cancelled: their answers take milliseconds).
+	abortGrace = 2 * time.Second
 	// connCloseGrace bounds the wait for connections to close once every request is answered.
 	connCloseGrace = 2 * time.Second
 )

@@ -51,7 +51,8 @@ type modelDirFlags struct {
 const modelDirConfigFile = "gateway.yaml"
 
 // modelDirDrainDefaults: in a cluster the endpoint's removal takes a few seconds to reach every
-// proxy; 5 s + 20 s fits in Kubernetes' default terminationGracePeriodSeconds (30).
+// proxy; 5 s + 20 s, and the 4 s at most the drain takes after them (gateway.ShutdownTail), fit
+// in Kubernetes' default terminationGracePeriodSeconds (30).
 var modelDirDrainDefaults = map[string]any{"drain_delay": "5s", "shutdown_timeout": "20s"}
 
 func addModelDirFlags(fs *flag.FlagSet) *modelDirFlags {
