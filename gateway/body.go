@@ -320,6 +320,12 @@ func truncate(s string, n int) string {
 // the standard and URL-safe alphabets, with or without padding, and line breaks or spaces (raw
 // or as the JSON escapes \n \r \t, and \/). Anything else is an error naming the offending byte.
 func decodeBase64(dst, scratch, src []byte) (out, scratchOut []byte, err error) {
+	return decodeBase64Budget(dst, scratch, src, nil)
+}
+
+// decodeBase64Budget is decodeBase64 that, when the string is not canonical base64 and its
+// characters must be copied into scratch first, takes their size from reserve (when not nil).
+func decodeBase64Budget(dst, scratch, src []byte, reserve func(int64) error) (out, scratchOut []byte, err error) {
 	if len(src) == 0 {
 		return nil, scratch, bodyErr("the image is empty")
 	}
@@ -332,6 +338,11 @@ func decodeBase64(dst, scratch, src []byte) (out, scratchOut []byte, err error) 
 	if len(src)%4 == 0 {
 		if n, err := base64.StdEncoding.Decode(dst, src); err == nil {
 			return dst[:n], scratch, nil
+		}
+	}
+	if reserve != nil {
+		if err := reserve(int64(len(src))); err != nil {
+			return nil, scratch, err
 		}
 	}
 	if cap(scratch) < len(src) {

@@ -26,6 +26,7 @@ type connTracker struct {
 	overflow   int // overflow connections open
 	maxOver    int
 	idle       map[*conn]struct{}
+	all        map[*conn]struct{}
 	closedIdle *metrics.Counter
 	met        *metricsRegistry
 }
@@ -34,7 +35,7 @@ type connTracker struct {
 func overflowConns(maxConns int) int { return max(16, maxConns/8) }
 
 func newConnTracker(maxConns int, met *metricsRegistry) *connTracker {
-	t := &connTracker{max: maxConns, maxOver: overflowConns(maxConns), idle: map[*conn]struct{}{}, met: met}
+	t := &connTracker{max: maxConns, maxOver: overflowConns(maxConns), idle: map[*conn]struct{}{}, all: map[*conn]struct{}{}, met: met}
 	set := met.set
 	set.NewGauge("gateway_connections", func() float64 {
 		t.mu.Lock()
@@ -58,6 +59,24 @@ const newIdleAfter = time.Second
 func (t *connTracker) admit(c *conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	ok := t.place(c)
+	if ok {
+		t.all[c] = struct{}{}
+	}
+	return ok
+}
+
+// interruptReads makes every read in progress fail now (the drain ran out of time: requests
+// still receiving their bodies are answered rather than waited for).
+func (t *connTracker) interruptReads() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c := range t.all {
+		c.Conn.SetReadDeadline(time.Now())
+	}
+}
+
+func (t *connTracker) place(c *conn) bool {
 	if t.open < t.max {
 		t.open++
 		c.counted = true
@@ -158,6 +177,7 @@ func (t *connTracker) state(nc net.Conn, st fasthttp.ConnState) {
 		}
 		c.gone = true
 		delete(t.idle, c)
+		delete(t.all, c)
 		switch {
 		case c.overflow:
 			t.overflow--
@@ -218,6 +238,13 @@ func (l *listener) Accept() (net.Conn, error) {
 				<-l.done
 				continue // serve what the drain found, then report closed
 			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOBUFS) {
+				// Out of file descriptors (or kernel memory) for a moment: the connection
+				// waits in the backlog; fasthttp would take the error as the end of Serve.
+				l.t.met.refusals[refuseConnections].Inc()
+				time.Sleep(acceptBackoff)
+				continue
+			}
 			return nil, err
 		}
 		if wc := l.wrap(c); wc != nil {
@@ -252,7 +279,9 @@ func (l *listener) Close() error {
 		l.closing = true
 		l.mu.Unlock()
 		if d, ok := l.Listener.(interface{ SetDeadline(time.Time) error }); ok {
-			d.SetDeadline(time.Now())
+			// A deadline in the past fails Accept before it calls accept(2): a short one ahead
+			// lets it take every connection already queued, then time out.
+			d.SetDeadline(time.Now().Add(backlogDrain))
 			for {
 				c, e := l.Listener.Accept()
 				if e != nil {
@@ -271,6 +300,12 @@ func (l *listener) Close() error {
 	})
 	return err
 }
+
+// acceptBackoff is the pause after Accept ran out of file descriptors.
+const acceptBackoff = 50 * time.Millisecond
+
+// backlogDrain is how long Close keeps accepting the connections already in the backlog.
+const backlogDrain = 20 * time.Millisecond
 
 // conn is one client connection as the server sees it. It notes whether the request being
 // read has completed its request line, so that a request whose header block overflows the

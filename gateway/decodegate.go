@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,10 +37,11 @@ type decodeGate struct {
 	head, tail *waiter
 	n          int
 	mem        *budget
-	decodeHeld int64 // bytes of the budget held by running decodes
-	svc        ewma  // decode wall time of ordinary images, ns
-	heavySvc   ewma  // decode wall time of heavy images, ns
-	heavyWait  int   // heavy waiters
+	decodeHeld int64        // bytes of the budget held by running decodes
+	svc        ewma         // decode wall time of ordinary images, ns
+	heavySvc   ewma         // decode wall time of heavy images, ns
+	heavyWait  int          // heavy waiters
+	waiting    atomic.Int32 // n, readable without mu
 
 	refused, shed, tooLarge uint64 // counters (under mu)
 	waiters                 sync.Pool
@@ -54,8 +56,8 @@ type waiter struct {
 	deadline   time.Time
 	cost       int64
 	heavy      bool
-	downstream func() time.Duration // time the request needs after its decode
-	ready      chan error           // capacity 1: nil (a worker is taken) or why it was dropped
+	after      time.Duration // time the request needs after its decode (as predicted at arrival)
+	ready      chan error    // capacity 1: nil (a worker is taken) or why it was dropped
 	queued     bool
 }
 
@@ -68,16 +70,15 @@ func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
 }
 
 // acquire takes a decode worker and cost bytes of the memory budget for a decode that must be
-// done, with what follows it (downstream), by deadline. It blocks while the request waits in
-// the queue. On success the caller decodes and then calls release.
-func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64, heavy bool, downstream func() time.Duration) error {
+// done, with what follows it (after: the model's batcher's prediction), by deadline. It blocks
+// while the request waits in the queue. On success the caller decodes and then calls release.
+func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64, heavy bool, after time.Duration) error {
 	if cost > g.mem.limit {
 		g.mu.Lock()
 		g.tooLarge++
 		g.mu.Unlock()
 		return errTooLarge
 	}
-	after := downstream()
 	g.mu.Lock()
 	if g.n == 0 && g.tryTake(cost, heavy) {
 		g.mu.Unlock()
@@ -101,7 +102,7 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		return errShed
 	}
 	w := g.waiters.Get().(*waiter)
-	w.deadline, w.cost, w.heavy, w.downstream = deadline, cost, heavy, downstream
+	w.deadline, w.cost, w.heavy, w.after = deadline, cost, heavy, after
 	g.push(w)
 	if g.busy < g.workers {
 		g.dispatch() // a free worker the waiters ahead cannot use (heavy, memory) may be ours
@@ -125,7 +126,6 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		}
 		err = ctx.Err()
 	}
-	w.downstream = nil
 	g.waiters.Put(w)
 	return err
 }
@@ -147,11 +147,19 @@ func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
 		g.svc.observe(float64(took))
 	}
 	g.mu.Unlock()
-	g.mem.release(cost) // calls kick
+	if cost > 0 {
+		g.mem.release(cost) // calls kick
+	} else {
+		g.kick()
+	}
 }
 
-// kick dispatches waiters after a release of workers or memory.
+// kick dispatches waiters after a release of workers or memory (every request's end releases
+// memory: without waiters it returns at once, without the lock).
 func (g *decodeGate) kick() {
+	if g.waiting.Load() == 0 {
+		return
+	}
 	g.mu.Lock()
 	if g.n > 0 {
 		g.dispatch()
@@ -184,7 +192,7 @@ func (g *decodeGate) dispatch() {
 			svc = g.heavySvc.duration()
 		}
 		switch {
-		case now.Add(svc + w.downstream()).After(w.deadline):
+		case now.Add(svc + w.after).After(w.deadline):
 			g.remove(w)
 			g.shed++
 			w.ready <- errShed
@@ -222,6 +230,7 @@ func (g *decodeGate) push(w *waiter) {
 	}
 	g.tail = w
 	g.n++
+	g.waiting.Store(int32(g.n))
 }
 
 func (g *decodeGate) remove(w *waiter) {
@@ -237,6 +246,7 @@ func (g *decodeGate) remove(w *waiter) {
 	}
 	w.prev, w.next, w.queued = nil, nil, false
 	g.n--
+	g.waiting.Store(int32(g.n))
 	if w.heavy {
 		g.heavyWait--
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func noDownstream() time.Duration { return 0 }
+const noDownstream = time.Duration(0)
 
 // acquireAsync starts an acquire and returns a channel with its result.
 func acquireAsync(g *decodeGate, ctx context.Context, deadline time.Time, cost int64, heavy bool) chan error {

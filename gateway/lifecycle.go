@@ -80,48 +80,53 @@ func (st *states) get(name, version string) (versionState, bool) {
 
 // Reload reads the repository again and applies it to every model.
 func (s *Server) Reload() error {
-	if s.repo == nil {
-		return errors.New("gateway: no repository to reload from")
-	}
-	specs, err := s.repo.Specs()
-	if err != nil {
-		s.met.reloads[false].Inc()
-		return fmt.Errorf("gateway: cannot read the repository: %w", err)
-	}
-	err = s.apply(specs, "")
+	err := s.applyFrom("")
 	s.met.reloads[err == nil].Inc()
 	return err
 }
 
 // LoadModel reads the repository again and applies it to one model's versions.
-func (s *Server) LoadModel(name string) error {
-	if s.repo == nil {
-		return errors.New("gateway: no repository to load from")
-	}
-	specs, err := s.repo.Specs()
-	if err != nil {
-		return fmt.Errorf("gateway: cannot read the repository: %w", err)
-	}
-	if !slices.ContainsFunc(specs, func(sp ModelSpec) bool { return sp.Name == name }) {
-		return fmt.Errorf("%w: model %q is not in the repository", errNotFound, truncate(name, 100))
-	}
-	return s.apply(specs, name)
-}
+func (s *Server) LoadModel(name string) error { return s.applyFrom(name) }
 
 // UnloadModel retires every version of a model; it stays unloaded until it is loaded again
 // (LoadModel, Reload).
 func (s *Server) UnloadModel(name string) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
 	if len(s.models.Load().byName[name]) == 0 {
 		return fmt.Errorf("%w: model %q is not loaded", errNotFound, truncate(name, 100))
 	}
 	return s.apply(nil, name)
 }
 
-// apply makes the served versions of the models in scope (every model when scope is empty)
-// exactly those specs names, loading what is new or changed before any swap.
-func (s *Server) apply(specs []ModelSpec, scope string) error {
+// errStopped: the server is shutting down; the models stay as they are.
+var errStopped = errors.New("gateway: the server is shutting down; no model is loaded or unloaded")
+
+// applyFrom reads the repository and applies it to scope (every model when empty). The read
+// and the change are one step: concurrent reloads apply the repository in the order they
+// read it.
+func (s *Server) applyFrom(scope string) error {
+	if s.repo == nil {
+		return errors.New("gateway: no repository to load from")
+	}
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	specs, err := s.repo.Specs()
+	if err != nil {
+		return fmt.Errorf("gateway: cannot read the repository: %w", err)
+	}
+	if scope != "" && !slices.ContainsFunc(specs, func(sp ModelSpec) bool { return sp.Name == scope }) {
+		return fmt.Errorf("%w: model %q is not in the repository", errNotFound, truncate(scope, 100))
+	}
+	return s.apply(specs, scope)
+}
+
+// apply makes the served versions of the models in scope (every model when scope is empty)
+// exactly those specs names, loading what is new or changed before any swap. s.applyMu held.
+func (s *Server) apply(specs []ModelSpec, scope string) error {
+	if s.stopped {
+		return errStopped
+	}
 	inScope := func(name string) bool { return scope == "" || name == scope }
 	cur := s.models.Load()
 	next := map[string][]*model{}

@@ -34,11 +34,15 @@ type model struct {
 	// per instance.
 	queueCap int64
 	pending  atomic.Int64 // samples admitted and not yet answered
-	refs     sync.WaitGroup
-	closing  atomic.Bool
-	met      *modelMetrics
-	impl     modelImpl
-	release  func()
+	// refs counts the requests holding the model, times 2; its low bit is set once the model
+	// is closing: no acquire succeeds then, and the release that brings the count to zero
+	// closes idle.
+	refs    atomic.Int64
+	idle    chan struct{}
+	closing atomic.Bool
+	met     *modelMetrics
+	impl    modelImpl
+	release func()
 	// fingerprint identifies what the model was built from (see ModelSpec).
 	fingerprint string
 	closeOnce   sync.Once
@@ -85,6 +89,7 @@ func newModel(o ModelOptions, met *metricsRegistry) (*model, error) {
 	m := &model{
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
+		idle: make(chan struct{}),
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {
@@ -111,15 +116,33 @@ func newModel(o ModelOptions, met *metricsRegistry) (*model, error) {
 
 // acquire counts a request on the model; it reports false once the model is closing.
 func (m *model) acquire() bool {
-	m.refs.Add(1)
-	if m.closing.Load() {
-		m.refs.Done()
-		return false
+	for {
+		r := m.refs.Load()
+		if r&1 != 0 {
+			return false
+		}
+		if m.refs.CompareAndSwap(r, r+2) {
+			return true
+		}
 	}
-	return true
 }
 
-func (m *model) done() { m.refs.Done() }
+// done releases a request counted by acquire.
+func (m *model) done() {
+	if m.refs.Add(-2) == 1 { // closing, and this was the last request
+		close(m.idle)
+	}
+}
+
+// startClosing refuses further acquires and returns a channel closed once no request holds
+// the model.
+func (m *model) startClosing() <-chan struct{} {
+	m.closing.Store(true)
+	if m.refs.Or(1) == 0 { // nobody held it
+		close(m.idle)
+	}
+	return m.idle
+}
 
 // admit counts n more samples against the model's queue bound.
 func (m *model) admit(n int) error {
@@ -147,11 +170,8 @@ func (m *model) close(ctx context.Context, met *metricsRegistry) error {
 }
 
 func (m *model) doClose(ctx context.Context, met *metricsRegistry) error {
-	m.closing.Store(true)
-	done := make(chan struct{})
-	go func() { m.refs.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-m.startClosing():
 	case <-ctx.Done():
 	}
 	err := m.impl.close(ctx)

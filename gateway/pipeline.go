@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/imagegate/imagegate/preprocess"
 )
 
 // The request pipeline, shared by every inference front end (the article's /predict, the Open
@@ -49,6 +51,8 @@ type frontEnd interface {
 	parse(r *request) error
 	// write writes the successful answer.
 	write(r *request) error
+	// decodes reports whether the front end's requests are (almost always) images to decode.
+	decodes() bool
 }
 
 // request is one inference request on its way through the pipeline. It is pooled: reset
@@ -97,8 +101,9 @@ func (r *request) reset() {
 
 // reserve takes n more bytes of the memory budget for the request.
 func (r *request) reserve(n int64) error {
-	if n > r.s.mem.limit {
-		return fmt.Errorf("%w: %d bytes exceed server.max_inflight_bytes (%d)", errTooLarge, n, r.s.mem.limit)
+	if r.held+n > r.s.mem.limit {
+		// Not even an idle server could hold this request: no retry helps.
+		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.limit)
 	}
 	if !r.s.mem.reserve(n) {
 		r.s.met.refusals[refuseMemory].Inc()
@@ -113,6 +118,23 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 	r := requestPool.Get().(*request)
 	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
 	s.inflight.Add(1)
+	defer func() {
+		// Whatever happened (a panic included), the request gives back all it took.
+		if r.samples != nil {
+			r.samples.release()
+		}
+		if r.admitted > 0 {
+			m.unadmit(r.admitted)
+		}
+		if r.cancel != nil {
+			r.cancel(nil)
+		}
+		s.mem.release(r.held)
+		r.reset()
+		requestPool.Put(r)
+		s.inflight.Add(-1)
+		s.inflightDone()
+	}()
 	err := s.runPipeline(r)
 	status, reason := fasthttp.StatusOK, ""
 	if err != nil {
@@ -122,20 +144,6 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 		}
 	}
 	m.met.req.observe(status, reason, time.Since(r.start))
-	if r.samples != nil {
-		r.samples.release()
-	}
-	if r.admitted > 0 {
-		m.unadmit(r.admitted)
-	}
-	if r.cancel != nil {
-		r.cancel(nil)
-	}
-	s.mem.release(r.held)
-	r.reset()
-	requestPool.Put(r)
-	s.inflight.Add(-1)
-	s.inflightDone()
 }
 
 func (s *Server) runPipeline(r *request) error {
@@ -176,9 +184,13 @@ func (s *Server) admit(r *request) error {
 	if p := r.m.pending.Load(); p >= r.m.queueCap {
 		return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, r.m.name, p)
 	}
-	// The deadline against the predicted wait: decode (queue and work) and the model's batcher.
-	after, _ := r.m.impl.predict(r.priority)
-	if pred := s.gate.predictWait() + after; r.start.Add(pred).After(r.deadline) {
+	// The deadline against the predicted wait: decode (queue and work, for a front end whose
+	// requests are images) and the model's batcher.
+	pred, _ := r.m.impl.predict(r.priority)
+	if r.fe.decodes() {
+		pred += s.gate.predictWait()
+	}
+	if r.start.Add(pred).After(r.deadline) {
 		s.met.refusals[refuseDeadline].Inc()
 		return fmt.Errorf("%w: predicted to take %v, the request's deadline is in %v", errShed,
 			pred.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
@@ -225,8 +237,11 @@ func (r *request) decodeImage(i int, img []byte) error {
 	if err != nil {
 		return err
 	}
-	downstream := func() time.Duration { d, _ := m.impl.predict(r.priority); return d }
-	if err := s.gate.acquire(r.rctx, r.deadline, cost, heavy, downstream); err != nil {
+	if r.held+cost > s.mem.limit {
+		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.limit)
+	}
+	after, _ := m.impl.predict(r.priority)
+	if err := s.gate.acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
 		switch {
 		case errors.Is(err, errMemory):
 			s.met.refusals[refuseMemory].Inc()
@@ -248,11 +263,22 @@ func (r *request) decodeImage(i int, img []byte) error {
 		s.gate.release(cost, heavy, 0)
 		return err
 	}
+	decode := func() (err error) {
+		defer func() {
+			// A Go codec that panics on hostile data (its state is the call's own) fails
+			// this image, not the server.
+			if p := recover(); p != nil {
+				s.log.Error("image decoder panicked", "model", m.name, "panic", fmt.Sprint(p))
+				err = fmt.Errorf("cannot decode the image: the decoder failed: %w", preprocess.ErrBadImage)
+			}
+		}()
+		return samples.decode(i, img)
+	}
 	t := time.Now()
 	if heavy {
-		err = atLowPriority(func() error { return samples.decode(i, img) })
+		err = atLowPriority(decode)
 	} else {
-		err = samples.decode(i, img)
+		err = decode()
 	}
 	d := time.Since(t)
 	s.gate.release(cost, heavy, d)
@@ -313,6 +339,8 @@ func (s *Server) readBody(r *request) error {
 	if err != nil {
 		var ne net.Error
 		switch {
+		case s.aborted.Load():
+			return fmt.Errorf("%w: the server stopped reading bodies (server.shutdown_timeout)", errDraining)
 		case errors.As(err, &ne) && ne.Timeout():
 			return fmt.Errorf("%w (server.read_timeout %v)", errReadTimeout, s.opts.ReadTimeout)
 		case errors.Is(err, errBodyTooLarge), errors.Is(err, errOverloaded), errors.Is(err, errTooLarge):

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"math"
 	"strconv"
@@ -38,7 +39,17 @@ func (r *request) imageBytes() ([]byte, error) {
 	switch {
 	case len(ct) == 0 && len(body) > 0 && (body[0] == '{' || body[0] == ' ' || body[0] == '\n'),
 		bytes.EqualFold(ct, []byte("application/json")):
-		img, scratch, err := DecodeJSONImage(body, r.img, r.scratch)
+		field, err := extractJSONField(body, "image")
+		if err == nil {
+			field, err = stripDataURL(field)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := r.reserve(int64(base64.StdEncoding.DecodedLen(len(field)))); err != nil {
+			return nil, err
+		}
+		img, scratch, err := decodeBase64Budget(r.img, r.scratch, field, r.reserve)
 		r.scratch = scratch
 		if err != nil {
 			return nil, err
@@ -55,6 +66,8 @@ func (r *request) imageBytes() ([]byte, error) {
 		"{\"image\": \"<base64>\"}, image/jpeg, image/png, image/webp or application/octet-stream",
 		errUnsupportedMedia, truncate(string(ct), 60))
 }
+
+func (predictAPI) decodes() bool { return true }
 
 func (predictAPI) write(r *request) error {
 	r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.scores(0), r.topK)
@@ -183,7 +196,7 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	b := []byte(`{"error":`)
-	b = appendJSONString(b, bytes.NewBufferString(msg).String())
+	b = appendJSONString(b, msg)
 	b = append(b, '}')
 	ctx.SetBody(b)
 }

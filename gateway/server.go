@@ -33,6 +33,7 @@ type Server struct {
 
 	repo     Repository
 	applyMu  sync.Mutex // serializes changes to models
+	stopped  bool       // under applyMu: Shutdown closes the models, none is loaded after
 	models   atomic.Pointer[modelTable]
 	states   states
 	retiring sync.WaitGroup // models being closed after a reload or an unload
@@ -133,6 +134,8 @@ func (s *Server) AddModel(o ModelOptions) error {
 	}
 	specs = append(specs, ModelSpec{Name: o.Name, Version: o.Version, Fingerprint: fmt.Sprintf("added %p", &o),
 		Load: func() (ModelOptions, error) { return o, nil }})
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
 	return s.apply(specs, o.Name)
 }
 
@@ -169,6 +172,9 @@ func (s *Server) lookup(name, version string) (*model, error) {
 		}
 		if m.acquire() {
 			return m, nil
+		}
+		if s.draining.Load() {
+			return nil, fmt.Errorf("%w: the server is shutting down", errDraining)
 		}
 	}
 	return nil, fmt.Errorf("%w: model %q is being unloaded", errNotFound, truncate(name, 100))
@@ -260,6 +266,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Out of time: answer everyone still waiting (503 draining), then wait for those answers.
 		s.aborted.Store(true)
 		s.abortFn(errDraining)
+		s.conns.interruptReads()
 		expired, cancel := context.WithCancel(context.Background())
 		cancel()
 		s.closeModels(expired) // queued samples are answered batcher.ErrClosed
@@ -284,6 +291,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.waitIdle(grace)
 		cancel()
 	}
+	s.applyMu.Lock() // a reload in progress finishes first; none starts after
+	s.stopped = true
+	s.applyMu.Unlock()
 	if err := s.closeModels(context.Background()); err != nil {
 		errs = append(errs, err)
 	}
@@ -366,6 +376,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		// Over server.max_connections with no idle connection to close: only health and
 		// metrics are served on this connection.
 		s.met.refusals[refuseConnections].Inc()
+		s.drainBody(ctx)
 		ctx.SetConnectionClose()
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)
 		writeError(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf("the server has %d connections open (server.max_connections); try again", s.opts.MaxConnections))
@@ -375,6 +386,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case path == "/predict/" || path == "/predict":
 		m, err := s.lookup(s.models.Load().first, "")
 		if err != nil {
+			s.drainBody(ctx)
 			ctx.Response.Header.Set("Retry-After", s.retryAfter)
 			writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is being served (the server is starting or draining)")
 			return
@@ -390,11 +402,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
 		m, err := s.lookup(name, "")
 		if err != nil {
-			s.drainBody(ctx)
-			if tail == "predict" || tail == "predict/" { // inference requests are counted
-				s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
-			}
-			writeError(ctx, fasthttp.StatusNotFound, err.Error())
+			s.lookupFailed(ctx, err, tail == "predict" || tail == "predict/")
 			return
 		}
 		defer m.done()
@@ -440,6 +448,20 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // isHealthPath: the paths served even over the connection limit.
 func isHealthPath(p string) bool {
 	return p == "/" || p == "/metrics" || strings.HasPrefix(p, "/v2/health/") || strings.HasSuffix(p, "/ready")
+}
+
+// lookupFailed answers a request for a model that is not served: 404, or 503 with
+// Retry-After while the server drains. Inference requests are counted (on model "_unknown").
+func (s *Server) lookupFailed(ctx *fasthttp.RequestCtx, err error, inference bool) {
+	s.drainBody(ctx)
+	status, reason := s.classify(err)
+	if inference {
+		s.met.unknown.observe(status, reason, 0)
+	}
+	if retryable(reason) {
+		ctx.Response.Header.Set("Retry-After", s.retryAfter)
+	}
+	writeError(ctx, status, err.Error())
 }
 
 func (s *Server) notFound(ctx *fasthttp.RequestCtx, path string) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -86,11 +87,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 	}
 	m, err := s.lookup(name, version)
 	if err != nil {
-		s.drainBody(ctx)
-		if tail == "infer" { // inference requests are counted; metadata and readiness are not
-			s.met.unknown.observe(fasthttp.StatusNotFound, reasonNotFound, 0)
-		}
-		writeError(ctx, fasthttp.StatusNotFound, err.Error())
+		s.lookupFailed(ctx, err, tail == "infer") // inference requests are counted; metadata and readiness are not
 		return
 	}
 	defer m.done()
@@ -199,6 +196,10 @@ type v2Output struct {
 func (v v2State) reset() v2State {
 	return v2State{id: v.id[:0], outs: v.outs[:0], in: v2Input{name: v.in.name[:0], datatype: v.in.datatype[:0]}}
 }
+
+// decodes is false: a v2 request is as often a tensor as images (the decode gate still judges
+// the images it decodes).
+func (v2API) decodes() bool { return false }
 
 func (a v2API) parse(r *request) error {
 	v := &r.v2
@@ -312,6 +313,14 @@ func (r *request) decodeImages(n int) error {
 		if err != nil {
 			return err
 		}
+		longest := 0
+		for _, s := range strs {
+			longest = max(longest, len(s))
+		}
+		// One image buffer serves every element in turn: the budget holds the largest.
+		if err := r.reserve(int64(base64.StdEncoding.DecodedLen(longest))); err != nil {
+			return err
+		}
 		next = func() ([]byte, error) {
 			s := strs[0]
 			strs = strs[1:]
@@ -319,7 +328,7 @@ func (r *request) decodeImages(n int) error {
 			if err != nil {
 				return nil, err
 			}
-			img, scratch, err := decodeBase64(r.img, r.scratch, f)
+			img, scratch, err := decodeBase64Budget(r.img, r.scratch, f, r.reserve)
 			r.scratch = scratch
 			if err == nil {
 				r.img = img

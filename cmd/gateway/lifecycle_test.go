@@ -9,6 +9,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -345,19 +346,28 @@ func TestManyReloadsLeakNothing(t *testing.T) {
 			t.Fatalf("after reload %d: %d %s", i, a.status, a.body)
 		}
 	}
-	for i := 1; i <= 5; i++ { // warm: allocator arenas, caches
-		reload(i)
-	}
-	waitFor(t, func() bool { return g.metric("gateway_model_instances", "") == 1 })
 	pid := g.cmd.Process.Pid
-	rssBefore, _ := rss(pid)
-	goBefore := g.metric("go_goroutines", "")
-	for i := 6; i <= 55; i++ {
+	// RSS once the retired sessions are gone: the lowest of a few readings (the allocator
+	// returns memory in steps).
+	settled := func() int64 {
+		waitFor(t, func() bool { return g.metric("gateway_model_instances", "") == 1 })
+		low := int64(math.MaxInt64)
+		for range 4 {
+			time.Sleep(250 * time.Millisecond)
+			r, _ := rss(pid)
+			low = min(low, r)
+		}
+		return low
+	}
+	for i := 1; i <= 10; i++ { // warm: allocator arenas, caches
 		reload(i)
 	}
-	waitFor(t, func() bool { return g.metric("gateway_model_instances", "") == 1 })
-	time.Sleep(500 * time.Millisecond)
-	rssAfter, _ := rss(pid)
+	rssBefore := settled()
+	goBefore := g.metric("go_goroutines", "")
+	for i := 11; i <= 60; i++ {
+		reload(i)
+	}
+	rssAfter := settled()
 	goAfter := g.metric("go_goroutines", "")
 	t.Logf("50 reloads: RSS %s -> %s (%.2fx), goroutines %v -> %v", mib(rssBefore), mib(rssAfter), float64(rssAfter)/float64(rssBefore), goBefore, goAfter)
 	if float64(rssAfter) > 1.2*float64(rssBefore) {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -70,6 +71,7 @@ func run(load func(string) (*configs.Config, error), configPath, listen, adminLi
 	if err != nil {
 		return err
 	}
+	checkFileLimit(cfg.Server.MaxConnections, log)
 	srv, err := gateway.New(serverOptions(cfg.Server, token, log), repo)
 	if err != nil {
 		return err
@@ -114,9 +116,18 @@ func run(load func(string) (*configs.Config, error), configPath, listen, adminLi
 		"startup", time.Since(start).Round(time.Millisecond))
 
 	stopPoll := make(chan struct{})
+	var polling sync.WaitGroup
 	if d := cfg.Repository.Poll.D(); d > 0 {
-		go repo.poll(srv, d, stopPoll)
+		polling.Go(func() { repo.poll(srv, d, stopPoll) })
 	}
+	reloads := make(chan struct{}, 1)
+	polling.Go(func() { // SIGHUP's reloads, off the signal loop: a SIGTERM is never kept waiting
+		for range reloads {
+			t := time.Now()
+			err := srv.Reload()
+			log.Info("reloaded", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
+		}
+	})
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 wait:
@@ -124,9 +135,10 @@ wait:
 		select {
 		case s := <-sig:
 			if s == syscall.SIGHUP {
-				t := time.Now()
-				err := srv.Reload()
-				log.Info("reloaded", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
+				select {
+				case reloads <- struct{}{}:
+				default: // a reload is pending already: it will read the latest files
+				}
 				continue
 			}
 			log.Info("draining", "signal", s.String(), "drain_delay", cfg.Server.DrainDelay.D(), "shutdown_timeout", cfg.Server.ShutdownTimeout.D())
@@ -140,13 +152,15 @@ wait:
 	}
 	signal.Stop(sig)
 	close(stopPoll)
+	close(reloads)
 	stopStart := time.Now()
 	// shutdown_timeout bounds the wait for requests in flight, after drain_delay; then the
 	// requests still waiting are answered 503 and the server exits once all are answered.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainDelay.D()+cfg.Server.ShutdownTimeout.D())
 	defer cancel()
 	err = srv.Shutdown(ctx)
-	ln.Close() // in case the signal came before Serve took the listener
+	polling.Wait() // a reload in progress when the drain began has finished (Shutdown waited for it)
+	ln.Close()     // in case the signal came before Serve took the listener
 	select {
 	case e := <-served:
 		if e != nil && !errors.Is(e, net.ErrClosed) {
@@ -160,6 +174,28 @@ wait:
 		return fmt.Errorf("drain: %w", err)
 	}
 	return nil
+}
+
+// checkFileLimit raises the process's open-file limit to what max_connections needs (each
+// connection is a descriptor; the overflow connections and the models' files come on top), up
+// to the hard limit, and warns when even that is short: then connections beyond it wait in the
+// listen backlog (the accept loop backs off when descriptors run out).
+func checkFileLimit(maxConns int, log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	need := uint64(maxConns + max(16, maxConns/8) + 256)
+	if lim.Cur >= need {
+		return
+	}
+	lim.Cur = min(need, lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur >= need {
+		log.Info("raised the open-file limit for server.max_connections", "nofile", lim.Cur)
+		return
+	}
+	log.Warn("the open-file limit is below what server.max_connections needs: raise ulimit -n or lower max_connections",
+		"max_connections", maxConns, "needs", need, "limit", lim.Cur)
 }
 
 // adminToken reads the admin bearer token from its file ("" when none is configured).
