@@ -36,7 +36,7 @@ test: setup-test build vet
 	GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
 	# the integration tests again, against a race-instrumented server that dies on a race
 	$(GO) build -race -o bin/gateway-race ./cmd/gateway
-	GORACE=halt_on_error=1 GATEWAY_BIN=$(CURDIR)/bin/gateway-race $(GO) test -count=1 -timeout 10m ./cmd/gateway/
+	GORACE=halt_on_error=1 GATEWAY_RACE=1 GATEWAY_BIN=$(CURDIR)/bin/gateway-race $(GO) test -count=1 -timeout 10m ./cmd/gateway/
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
 	$(MAKE) fuzz FUZZTIME=10s
 	$(MAKE) deploy-test

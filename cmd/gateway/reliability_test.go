@@ -103,6 +103,14 @@ func pick[T any](short, long T) T {
 	return short
 }
 
+// skipRaceServer skips a scenario whose figures (memory, throughput) mean nothing for a
+// race-instrumented server (make test runs the integration tests against one too).
+func skipRaceServer(t *testing.T) {
+	if os.Getenv("GATEWAY_RACE") != "" {
+		t.Skip("the reliability scenarios measure memory and throughput; GATEWAY_RACE says the server is race-instrumented")
+	}
+}
+
 // shippedConfig is configs/gateway.yaml with its paths made absolute and the given overrides
 // applied ("server.max_connections" = 100, "batching.default_timeout" = "200ms" for every
 // model).
@@ -270,6 +278,7 @@ func rocket(t *testing.T) []byte {
 // TestReliabilitySlowBodies: connections declare a 16 MB body, send ~120 bytes and wait.
 // Memory must follow the bytes received, not the bytes declared; the server keeps serving.
 func TestReliabilitySlowBodies(t *testing.T) {
+	skipRaceServer(t)
 	img := rocket(t)
 	g := startGateway(t, shippedConfig(t, nil))
 	pid := g.cmd.Process.Pid
@@ -346,6 +355,7 @@ var (
 // normal client keeps predicting. Memory stays bounded and the normal client keeps at least
 // half its throughput.
 func TestReliabilityPNGBombs(t *testing.T) {
+	skipRaceServer(t)
 	img := rocket(t)
 	bombOnce.Do(func() { bomb = pngBomb(t, 7000, 7000) })
 	g := startGateway(t, shippedConfig(t, nil))
@@ -412,6 +422,7 @@ func TestReliabilityPNGBombs(t *testing.T) {
 // overload drives an open loop at factor x the capacity measured at c=50, with the given
 // request timeout (0: the configured default), and returns the figures.
 func overload(t *testing.T, name string, factor float64, timeoutMS int) {
+	skipRaceServer(t)
 	shared := sharedDir(t)
 	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
 	if err != nil {
@@ -611,6 +622,7 @@ func (r *recorder) run(rate float64, workers int, stop <-chan struct{}) {
 // request written gets an answer (its result or a 503 with Retry-After), connections are not
 // reset under a request, and the process exits 0.
 func TestReliabilitySIGTERMUnderLoad(t *testing.T) {
+	skipRaceServer(t)
 	shared := sharedDir(t)
 	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
 	if err != nil {
@@ -684,6 +696,7 @@ func exitCode(err error) string {
 // TestReliabilitySlowloris: connections send their headers a byte at a time. They are cut
 // off by server.read_timeout with a 408, and meanwhile health checks and predictions pass.
 func TestReliabilitySlowloris(t *testing.T) {
+	skipRaceServer(t)
 	img := rocket(t)
 	g := startGateway(t, shippedConfig(t, map[string]any{"server.read_timeout": "2s"}))
 	n, dur := pick(100, 400), pick(4*time.Second, 15*time.Second)
@@ -745,6 +758,7 @@ func TestReliabilitySlowloris(t *testing.T) {
 // connections and go idle. New clients still get predictions and health checks: the idle
 // connections are closed first, and over the limit health stays reachable.
 func TestReliabilityIdleLockout(t *testing.T) {
+	skipRaceServer(t)
 	img := rocket(t)
 	g := startGateway(t, shippedConfig(t, map[string]any{"server.max_connections": 100}))
 	addr := strings.TrimPrefix(g.url, "http://")
