@@ -14,8 +14,8 @@ func TestShippedConfigLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := cfg.Models[0]
-	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 4 || m.Batching.MaxQueueDelay.D() != 2*time.Millisecond ||
-		m.Batching.MaxQueueSize != 1024 || m.Runtime.Instances != 2 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
+	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 4 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
+		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 2 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
 		t.Fatalf("unexpected values: %+v", m)
 	}
 	if !filepath.IsAbs(m.Path) || !strings.HasSuffix(m.Path, filepath.Join("models", "mobilenet_v3_small", "model.onnx")) {
