@@ -19,7 +19,7 @@
 # go.sum), then the source and the build.
 FROM golang:1.26-bookworm AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libjpeg62-turbo-dev \
+    && apt-get install -y --no-install-recommends libjpeg62-turbo-dev libspng-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY scripts/setup-onnxruntime.sh scripts/
