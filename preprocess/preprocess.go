@@ -109,6 +109,9 @@ type Preprocessor struct {
 	// instead of taking pooled ones (tests: the pooled path must give the
 	// same results).
 	fresh bool
+	// noWindow makes JPEG decoding produce the whole (scaled) image instead
+	// of the window the crop reads (tests: both must give the same slot).
+	noWindow bool
 }
 
 // New validates opts, fills in defaults and returns a Preprocessor. Errors
@@ -233,26 +236,18 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 		s = getScratch()
 		defer putScratch(s)
 	}
-	var (
-		src source
-		err error
-	)
-	switch detectFormat(data) {
+	// Every decoder feeds the resampler the rows it reads, as it goes.
+	switch f := detectFormat(data); f {
 	case formatJPEG:
-		src, err = p.decodeJPEG(data, s)
+		return p.decodeJPEG(data, s, out)
 	case formatPNG:
-		return p.decodePNG(data, s, out) // streams rows into the resampler
+		return p.decodePNG(data, s, out)
 	case formatWebP:
 		return p.decodeWebP(data, s, out)
 	case formatGIF, formatBMP, formatTIFF:
-		return p.decodeOther(detectFormat(data), data, s, out)
-	default:
-		return unsupported(data)
+		return p.decodeOther(f, data, s, out)
 	}
-	if err != nil {
-		return err
-	}
-	return p.resample(&src, s, out)
+	return unsupported(data)
 }
 
 // checkPixels enforces MaxPixels on header dimensions.
