@@ -84,10 +84,11 @@ type Options struct {
 	// Layout defaults to NCHW.
 	Layout Layout
 	// FullDecode decodes JPEGs at full size instead of the smallest DCT
-	// scale (1/8, 1/4, 3/8, ... 7/8) whose output still covers the resize
-	// target. Full size is bit-identical to Pillow/torchvision; the scaled
-	// decode differs by a mean |Δ| of 0.003-0.01 (0..1 units) on photos
-	// 1.7-7x larger than the target, and costs about half as much.
+	// scale (1/8, 1/4 or 1/2: those libjpeg-turbo has SIMD code for) whose
+	// output still covers the resize target. Full size is bit-identical to
+	// Pillow/torchvision; the scaled decode differs by a mean |Δ| of about
+	// 0.005 (0..1 units) on photos 2-7x larger than the target, and costs
+	// about half as much (docs/preprocessing.md).
 	FullDecode bool
 	// MaxPixels refuses images whose header declares more than this many
 	// pixels (width*height) with ErrTooLarge before any pixel memory is
