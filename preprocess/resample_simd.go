@@ -79,7 +79,9 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 		for x, s := range st {
 			i := int(s)*bpp - base
 			var a archsimd.Int32x8
-			for gi, w := range kv[x*groups : x*groups+groups] {
+			ws := kv[x*groups : x*groups+groups]
+			for gi := range ws {
+				w := &ws[gi] // not a copy: 32-byte loads of 16-byte stores stall
 				p := archsimd.LoadUint8x16((*[16]uint8)(in[i+4*gi*bpp:]))
 				a = a.Add(p.PermuteOrZero(lo).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[:8]))))
 				a = a.Add(p.PermuteOrZero(hi).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[8:]))))
