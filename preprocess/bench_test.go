@@ -28,15 +28,19 @@ func BenchmarkJPEGDecompressorNew(b *testing.B) {
 	}
 }
 
-// BenchmarkJPEGDecodeScaled: libjpeg header + DCT-scaled decode to RGB.
+// BenchmarkJPEGDecodeScaled: libjpeg header + DCT-scaled decode of the
+// window the crop reads (and the resize, which cannot be separated: rows go
+// to the resampler as they are decoded; BenchmarkResizeCropNormalize is that
+// part alone).
 func BenchmarkJPEGDecodeScaled(b *testing.B) {
 	data := seedJPEG(b)
 	p := mustNew(b, Options{})
+	dst := make([]uint8, p.SlotLen())
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		s := getScratch()
-		if _, err := p.decodeJPEG(data, s); err != nil {
+		if err := p.decodeJPEG(data, s, sink{u8: dst}); err != nil {
 			b.Fatal(err)
 		}
 		putScratch(s)
@@ -48,11 +52,7 @@ func BenchmarkJPEGDecodeScaled(b *testing.B) {
 func BenchmarkResizeCropNormalize(b *testing.B) {
 	data := seedJPEG(b)
 	p := mustNew(b, Options{})
-	s := getScratch()
-	src, err := p.decodeJPEG(data, s)
-	if err != nil {
-		b.Fatal(err)
-	}
+	src := decodedJPEG(b, p, data)
 	b.Logf("decoded at %dx%d for a %dx%d image", src.w, src.h, src.dispW, src.dispH)
 	dst := make([]float32, p.SlotLen())
 	work := new(scratch)
@@ -62,6 +62,31 @@ func BenchmarkResizeCropNormalize(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// decodedJPEG decodes a JPEG (EXIF orientation 1) whole at p's DCT scale,
+// as the resampler reads it.
+func decodedJPEG(tb testing.TB, p *Preprocessor, data []byte) source {
+	tb.Helper()
+	d := new(jpegDecoder)
+	if err := d.open(data); err != nil {
+		tb.Fatal(err)
+	}
+	defer d.close()
+	pl, err := p.jpegHeader(d, data)
+	if err != nil || pl.orient != 1 {
+		tb.Fatal("decodedJPEG: ", err)
+	}
+	p.noWindow = true
+	win := p.jpegWindow(&pl)
+	p.noWindow = false
+	region, err := p.decodeJPEGWindow(d, &pl, &win, &scratch{fresh: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	src := win.full
+	src.pix, src.stride, src.bpp = region.pix, region.stride, region.bpp
+	return src
 }
 
 // BenchmarkProcess: the whole path, JPEG bytes to normalized slot.

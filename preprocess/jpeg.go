@@ -120,11 +120,19 @@ static int ig_jpeg_calc(igjpeg *g, int num, int gray, int cmyk, int *out) {
 	return 0;
 }
 
-// ig_jpeg_decode decodes at scale num/8 into dst (rows of pitch bytes, at most
-// maxRows of them) as RGB, grayscale or CMYK (gray, cmyk). It returns -1 on
-// error; *rows is the number of rows written, *ow and *oh the output size.
-static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char *dst, long pitch, int maxRows,
-		int *rows, int *ow, int *oh) {
+// ig_jpeg_decode decodes at scale num/8, as RGB, grayscale or CMYK (gray,
+// cmyk), only the window the resampler reads: columns from *x0 for *cw pixels
+// (libjpeg rounds *x0 down to an iMCU column; both return what it kept), rows
+// [y0, y1) into dst (rows of pitch bytes). Rows above the window are skipped
+// (entropy-decoded, not transformed) up to one iMCU row before it, which is
+// decoded and dropped so that the context rows fancy upsampling reads are the
+// real ones; rows below it are skipped up to the last one, which is decoded
+// and dropped, so that every byte of the scans is still entropy-decoded and
+// data cut short is noticed (skipping to the bottom would mark the end of the
+// image without reading it). -1 on error; *rows counts the window's rows
+// written, *ow and *oh are the full output size.
+static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char *dst, long pitch,
+		int *x0, int *cw, int y0, int y1, int *rows, int *ow, int *oh) {
 	*rows = 0;
 	if (setjmp(g->jb)) return -1;
 	g->d.scale_num = num;
@@ -133,25 +141,43 @@ static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char 
 	jpeg_calc_output_dimensions(&g->d);
 	*ow = (int)g->d.output_width;
 	*oh = (int)g->d.output_height;
-	if ((long)g->d.output_width * g->d.output_components > pitch || (int)g->d.output_height > maxRows) {
-		snprintf(g->msg, sizeof g->msg, "output %ux%ux%d does not fit the buffer", g->d.output_width,
-			g->d.output_height, g->d.output_components);
+	if (y0 < 0 || y1 > *oh || y0 >= y1 || *x0 < 0 || *cw <= 0 || *x0 + *cw > *ow) {
+		snprintf(g->msg, sizeof g->msg, "window %d+%d x [%d, %d) outside the %dx%d output", *x0, *cw, y0, y1, *ow, *oh);
 		return -1;
 	}
 	jpeg_start_decompress(&g->d);
-	JSAMPROW ptr[16];
-	while (g->d.output_scanline < g->d.output_height) {
-		int n = (int)(g->d.output_height - g->d.output_scanline);
-		if (n > 16) n = 16;
-		for (int i = 0; i < n; i++) ptr[i] = dst + (long)(g->d.output_scanline + i) * pitch;
-		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) break;
-		*rows = (int)g->d.output_scanline;
+	JDIMENSION xo = (JDIMENSION)*x0, w = (JDIMENSION)*cw;
+	if (w < g->d.output_width) jpeg_crop_scanline(&g->d, &xo, &w);
+	*x0 = (int)xo;
+	*cw = (int)w;
+	if ((long)w * g->d.output_components > pitch) {
+		snprintf(g->msg, sizeof g->msg, "cropped row of %u pixels does not fit the buffer", w);
+		return -1;
 	}
+	JSAMPARRAY drop = (*g->d.mem->alloc_sarray)((j_common_ptr)&g->d, JPOOL_IMAGE,
+		w * (JDIMENSION)g->d.output_components, 1);
+	int lpi = g->d.min_DCT_scaled_size * g->d.max_v_samp_factor; // rows per iMCU row
+	int skip = (y0 / lpi - 1) * lpi;
+	if (skip > 0) jpeg_skip_scanlines(&g->d, (JDIMENSION)skip);
+	while ((int)g->d.output_scanline < y0)
+		if (jpeg_read_scanlines(&g->d, drop, 1) == 0) return 0;
+	JSAMPROW ptr[16];
+	while ((int)g->d.output_scanline < y1) {
+		int n = y1 - (int)g->d.output_scanline;
+		if (n > 16) n = 16;
+		for (int i = 0; i < n; i++) ptr[i] = dst + (long)((int)g->d.output_scanline - y0 + i) * pitch;
+		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) return 0;
+		*rows = (int)g->d.output_scanline - y0;
+	}
+	JDIMENSION rest = g->d.output_height - g->d.output_scanline;
+	if (rest > 1) jpeg_skip_scanlines(&g->d, rest - 1);
+	while (g->d.output_scanline < g->d.output_height)
+		if (jpeg_read_scanlines(&g->d, drop, 1) == 0) return 0;
 	if (g->measure) { // before jpeg_finish_decompress frees the image's memory
 		struct mallinfo2 m = mallinfo2();
 		g->in_use = m.uordblks + m.hblkhd;
 	}
-	if (*rows == (int)g->d.output_height) jpeg_finish_decompress(&g->d); // reads to EOI
+	jpeg_finish_decompress(&g->d); // reads to EOI
 	return 0;
 }
 */
@@ -183,8 +209,14 @@ import (
 // covers max_pixels at 3 components of 2-byte coefficients, plus slack.
 func (p *Preprocessor) jpegMaxMemory() int64 { return 6*p.opts.MaxPixels + 16<<20 }
 
-// jpegScales are the numerators of the DCT scales n/8 libjpeg-turbo offers.
-var jpegScales = [...]int{1, 2, 3, 4, 5, 6, 7, 8}
+// jpegScales are the numerators of the DCT scales n/8 a JPEG is decoded at:
+// those libjpeg-turbo has SIMD code for (1/8 is the DC coefficient alone;
+// 2/8, 4/8 and 8/8 have SSE2/AVX2 IDCTs, and at 2/8 and 4/8 the chroma of a
+// 4:2:0 image is scaled up in the IDCT instead of being upsampled). Its
+// 3/8, 5/8, 6/8 and 7/8 IDCTs are plain C: 3/8 costs twice the IDCT of 4/8
+// on the article's photo (callgrind), 6/8 four times that of 8/8, so the
+// next SIMD scale up is both cheaper and closer to the full decode.
+var jpegScales = [...]int{1, 2, 4, 8}
 
 // pickScale returns the smallest numerator n of a scale n/8 whose scaled span
 // of a w x h image is at least tw x th (stored orientation), times
@@ -212,11 +244,12 @@ const (
 // jpegDecoder is one image's decompressor (C memory) and the outputs of its
 // calls (pinned Go memory handed to C).
 type jpegDecoder struct {
-	g   *C.igjpeg
-	hdr C.ighdr
-	dim [6]C.int // output width, height, and each component's IDCT block size
-	out [3]C.int // rows written, output width, output height
-	pin runtime.Pinner
+	g    *C.igjpeg
+	hdr  C.ighdr
+	dim  [6]C.int // output width, height, and each component's IDCT block size
+	out  [3]C.int // rows written, output width, output height
+	crop [2]C.int // first column and width of the decoded window
+	pin  runtime.Pinner
 }
 
 func (d *jpegDecoder) message() string { return C.GoString(&d.g.msg[0]) }
@@ -325,9 +358,50 @@ func (p *Preprocessor) jpegHeader(d *jpegDecoder, data []byte) (jpegPlan, error)
 	return pl, nil
 }
 
-// decodeJPEG decodes data into s.dec at the chosen DCT scale and applies
-// the EXIF orientation.
-func (p *Preprocessor) decodeJPEG(data []byte, s *scratch) (source, error) {
+// jpegWindow is the part of a planned JPEG that is decoded: the stored
+// (DCT-scaled) columns [x0, x0+cw) and rows [y0, y1) that hold every pixel
+// the resampler reads, and where they land once oriented.
+type jpegWindow struct {
+	x0, cw, y0, y1 int // stored, scaled; x0 on an iMCU column as libjpeg crops
+	dx0, dy0       int // top-left of the oriented window in the displayed image
+	full           source
+}
+
+// jpegColumnMargin: columns decoded on each side of the ones the resampler
+// reads. libjpeg's fancy upsampling treats a crop's edges as image edges, so
+// the first and last column of a crop differ from the whole decode: 1 is
+// enough (TestJPEGWindowMatchesWholeDecode fails with 0), 2 keeps one to spare.
+const jpegColumnMargin = 2
+
+// window plans the decode of only what the crop needs (everything when
+// p.noWindow is set, for tests).
+func (p *Preprocessor) jpegWindow(pl *jpegPlan) jpegWindow {
+	stored := source{w: pl.sw, h: pl.sh, ch: pl.ch, x1: float64(pl.w*pl.num) / 8, y1: float64(pl.h*pl.num) / 8,
+		dispW: pl.dispW, dispH: pl.dispH}
+	w := jpegWindow{full: orientedGeometry(&stored, pl.orient)}
+	if p.noWindow {
+		w.cw, w.y1 = pl.sw, pl.sh
+		return w
+	}
+	xF, xL, yF, yL := p.span(&w.full)
+	sx0, sy0, sx1, sy1 := storedRect(pl.orient, pl.sw, pl.sh, xF, yF, xL, yL)
+	sx0 = max(0, sx0-jpegColumnMargin)
+	sx1 = min(pl.sw, sx1+jpegColumnMargin)
+	if sx0 > 0 || sx1 < pl.sw {
+		align := pl.num
+		if pl.comps > 1 {
+			align *= pl.maxH
+		}
+		sx0 = sx0 / align * align
+	}
+	w.x0, w.cw, w.y0, w.y1 = sx0, sx1-sx0, sy0, sy1
+	w.dx0, w.dy0, _, _ = displayedRect(pl.orient, pl.sw, pl.sh, w.x0, w.y0, w.x0+w.cw, w.y1)
+	return w
+}
+
+// decodeJPEG decodes the window of data the crop needs at the chosen DCT
+// scale, orients it, and resamples it into out.
+func (p *Preprocessor) decodeJPEG(data []byte, s *scratch, out sink) error {
 	var d *jpegDecoder
 	if s.fresh {
 		d = new(jpegDecoder)
@@ -336,26 +410,47 @@ func (p *Preprocessor) decodeJPEG(data []byte, s *scratch) (source, error) {
 		defer jpegDecoders.Put(d)
 	}
 	if err := d.open(data); err != nil {
-		return source{}, err
+		return err
 	}
 	defer d.close()
 	pl, err := p.jpegHeader(d, data)
 	if err != nil {
-		return source{}, err
+		return err
 	}
-	sw, sh, bpp := pl.sw, pl.sh, pl.bpp
+	win := p.jpegWindow(&pl)
+	region, err := p.decodeJPEGWindow(d, &pl, &win, s)
+	if err != nil {
+		return err
+	}
+	j := p.newJob(s, &win.full)
+	for y := j.yFirst; y < j.yLast; y++ {
+		j.row(y, region.pix[(y-win.dy0)*region.stride:], region.bpp, win.dx0)
+	}
+	p.finishJob(&j, s, out)
+	return nil
+}
+
+// decodeJPEGWindow decodes win of a planned JPEG into s.dec, converts CMYK,
+// orients it (into s.rot), and frees the decompressor.
+func (p *Preprocessor) decodeJPEGWindow(d *jpegDecoder, pl *jpegPlan, win *jpegWindow, s *scratch) (source, error) {
+	cw, rh, bpp := win.cw, win.y1-win.y0, pl.bpp
 	if jpegMemHook != nil {
 		d.g.measure = 1
 	}
-	s.dec = s.buf(sw * sh * bpp)
+	s.dec = s.buf(cw * rh * bpp)
 	buf := *s.dec
+	d.out = [3]C.int{}
+	d.crop = [2]C.int{C.int(win.x0), C.int(cw)}
 	rc := C.ig_jpeg_decode(d.g, C.int(pl.num), cbool(pl.gray), cbool(pl.cmyk), (*C.uchar)(unsafe.Pointer(unsafe.SliceData(buf))),
-		C.long(sw*bpp), C.int(sh), &d.out[0], &d.out[1], &d.out[2])
+		C.long(cw*bpp), &d.crop[0], &d.crop[1], C.int(win.y0), C.int(win.y1), &d.out[0], &d.out[1], &d.out[2])
 	if rc != 0 {
 		return source{}, fmt.Errorf("cannot decode JPEG: %s: %w", d.message(), ErrBadImage)
 	}
-	if rows, ow, oh := int(d.out[0]), int(d.out[1]), int(d.out[2]); ow != sw || oh != sh || rows != sh {
-		return source{}, fmt.Errorf("cannot decode JPEG: %d of its %d rows (at %dx%d) could be decoded: %w", rows, sh, ow, oh, ErrBadImage)
+	if rows, ow, oh := int(d.out[0]), int(d.out[1]), int(d.out[2]); ow != pl.sw || oh != pl.sh || rows != rh {
+		return source{}, fmt.Errorf("cannot decode JPEG: %d of its %d rows (at %dx%d) could be decoded: %w", rows, rh, ow, oh, ErrBadImage)
+	}
+	if x0, w := int(d.crop[0]), int(d.crop[1]); x0 != win.x0 || w != cw {
+		return source{}, fmt.Errorf("cannot decode JPEG: libjpeg cropped columns %d+%d, expected %d+%d: %w", x0, w, win.x0, cw, ErrBadImage)
 	}
 	// Like Pillow, refuse data that ends before the image does ("image file is truncated":
 	// libjpeg pads the missing rows); tolerate other warnings (extraneous bytes...).
@@ -367,21 +462,81 @@ func (p *Preprocessor) decodeJPEG(data []byte, s *scratch) (source, error) {
 	}
 	d.close() // libjpeg's memory goes back before the pixels are oriented and resampled
 	if pl.cmyk {
-		cmykToRGB(buf[:sw*sh*4], sw*sh)
+		cmykToRGB(buf[:cw*rh*4], cw*rh)
 		bpp = 3
-		buf = buf[:sw*sh*3]
+		buf = buf[:cw*rh*3]
 	}
-	src := source{
-		pix: buf, stride: sw * bpp, bpp: bpp, ch: pl.ch, w: sw, h: sh,
-		x0: 0, x1: float64(pl.w*pl.num) / 8,
-		y0: 0, y1: float64(pl.h*pl.num) / 8,
-		dispW: pl.dispW, dispH: pl.dispH,
-	}
+	region := source{pix: buf, stride: cw * bpp, bpp: bpp, ch: pl.ch, w: cw, h: rh}
 	if pl.orient != 1 {
-		s.rot = s.buf(sw * sh * bpp)
-		src = orient(&src, pl.orient, *s.rot)
+		s.rot = s.buf(cw * rh * bpp)
+		region = orient(&region, pl.orient, *s.rot)
 	}
-	return src, nil
+	return region, nil
+}
+
+// storedRect returns the stored pixels [sx0, sx1) x [sy0, sy1) that
+// orientation o shows as the displayed rectangle [x0, x1) x [y0, y1) of a
+// stored w x h image.
+func storedRect(o, w, h, x0, y0, x1, y1 int) (sx0, sy0, sx1, sy1 int) {
+	ax, ay := orientToStored(o, w, h, x0, y0)
+	bx, by := orientToStored(o, w, h, x1-1, y1-1)
+	return min(ax, bx), min(ay, by), max(ax, bx) + 1, max(ay, by) + 1
+}
+
+// displayedRect is the inverse of storedRect.
+func displayedRect(o, w, h, sx0, sy0, sx1, sy1 int) (x0, y0, x1, y1 int) {
+	var xs, ys [2]int
+	for i, c := range [2][2]int{{sx0, sy0}, {sx1 - 1, sy1 - 1}} {
+		xs[i], ys[i] = storedToOrient(o, w, h, c[0], c[1])
+	}
+	return min(xs[0], xs[1]), min(ys[0], ys[1]), max(xs[0], xs[1]) + 1, max(ys[0], ys[1]) + 1
+}
+
+// orientToStored returns the stored pixel that orientation o displays at
+// (x, y), for a stored image of w x h pixels (as orient reads them).
+func orientToStored(o, w, h, x, y int) (sx, sy int) {
+	m := orientMaps[o]
+	if !m.swap {
+		sx, sy = x, y
+		if m.flipX {
+			sx = w - 1 - x
+		}
+		if m.flipY {
+			sy = h - 1 - y
+		}
+		return sx, sy
+	}
+	sx, sy = y, x
+	if m.flipX {
+		sx = w - 1 - y
+	}
+	if m.flipY {
+		sy = h - 1 - x
+	}
+	return sx, sy
+}
+
+// storedToOrient returns where orientation o displays stored pixel (sx, sy).
+func storedToOrient(o, w, h, sx, sy int) (x, y int) {
+	m := orientMaps[o]
+	if !m.swap {
+		x, y = sx, sy
+		if m.flipX {
+			x = w - 1 - sx
+		}
+		if m.flipY {
+			y = h - 1 - sy
+		}
+		return x, y
+	}
+	x, y = sy, sx
+	if m.flipY {
+		x = h - 1 - sy
+	}
+	if m.flipX {
+		y = w - 1 - sx
+	}
+	return x, y
 }
 
 // jpegMemHook, when set (tests only), receives the C heap in use (mallinfo2)

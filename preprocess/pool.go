@@ -51,14 +51,15 @@ func putBuf(b *[]byte) {
 
 // scratch is the per-call working memory, pooled. Nothing in it carries
 // meaning from one call to the next: every byte a call reads from dec, rot,
-// tmp, row and acc was written by the same call (the decoders fill the whole
-// buffer or fail, the resampler writes each row before reading it).
+// in, tmp and row was written by the same call (the decoders fill the whole
+// buffer or fail, the resampler writes each row before reading it), except
+// that vector loads may read up to tmpSlack bytes past the rows they use,
+// into lanes whose results are dropped.
 type scratch struct {
 	dec, rot *[]byte // decoded and oriented pixels (size-classed pools)
 	in       *[]byte // a copy of the input (PNG without its ancillary chunks)
 	tmp      []uint8 // output of the horizontal pass
-	row      []uint8 // one output row
-	acc      []int32 // vertical accumulators for one output row
+	row      []uint8 // one output row of one plane
 	// fresh: this call uses no pooled memory and no pooled decoder handle
 	// (everything is allocated for it and dropped after); the differential
 	// tests compare it with the pooled path.
@@ -91,9 +92,6 @@ func putScratch(s *scratch) {
 	s.dec, s.rot, s.in = nil, nil, nil
 	if cap(s.tmp) > maxScratchKeep {
 		s.tmp = nil
-	}
-	if cap(s.acc)*4 > maxScratchKeep {
-		s.acc = nil
 	}
 	if cap(s.row) > maxScratchKeep {
 		s.row = nil

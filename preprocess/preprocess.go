@@ -84,10 +84,11 @@ type Options struct {
 	// Layout defaults to NCHW.
 	Layout Layout
 	// FullDecode decodes JPEGs at full size instead of the smallest DCT
-	// scale (1/8, 1/4, 3/8, ... 7/8) whose output still covers the resize
-	// target. Full size is bit-identical to Pillow/torchvision; the scaled
-	// decode differs by a mean |Δ| of 0.003-0.01 (0..1 units) on photos
-	// 1.7-7x larger than the target, and costs about half as much.
+	// scale (1/8, 1/4 or 1/2: those libjpeg-turbo has SIMD code for) whose
+	// output still covers the resize target. Full size is bit-identical to
+	// Pillow/torchvision; the scaled decode differs by a mean |Δ| of about
+	// 0.005 (0..1 units) on photos 2-7x larger than the target, and costs
+	// about half as much (docs/preprocessing.md).
 	FullDecode bool
 	// MaxPixels refuses images whose header declares more than this many
 	// pixels (width*height) with ErrTooLarge before any pixel memory is
@@ -109,6 +110,9 @@ type Preprocessor struct {
 	// instead of taking pooled ones (tests: the pooled path must give the
 	// same results).
 	fresh bool
+	// noWindow makes JPEG decoding produce the whole (scaled) image instead
+	// of the window the crop reads (tests: both must give the same slot).
+	noWindow bool
 }
 
 // New validates opts, fills in defaults and returns a Preprocessor. Errors
@@ -233,26 +237,18 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 		s = getScratch()
 		defer putScratch(s)
 	}
-	var (
-		src source
-		err error
-	)
-	switch detectFormat(data) {
+	// Every decoder feeds the resampler the rows it reads, as it goes.
+	switch f := detectFormat(data); f {
 	case formatJPEG:
-		src, err = p.decodeJPEG(data, s)
+		return p.decodeJPEG(data, s, out)
 	case formatPNG:
-		return p.decodePNG(data, s, out) // streams rows into the resampler
+		return p.decodePNG(data, s, out)
 	case formatWebP:
 		return p.decodeWebP(data, s, out)
 	case formatGIF, formatBMP, formatTIFF:
-		return p.decodeOther(detectFormat(data), data, s, out)
-	default:
-		return unsupported(data)
+		return p.decodeOther(f, data, s, out)
 	}
-	if err != nil {
-		return err
-	}
-	return p.resample(&src, s, out)
+	return unsupported(data)
 }
 
 // checkPixels enforces MaxPixels on header dimensions.

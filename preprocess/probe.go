@@ -129,16 +129,17 @@ func (p *Preprocessor) probeJPEG(data []byte) (Info, memUse, error) {
 	return info, p.jpegMemory(&pl), nil
 }
 
-// jpegMemory models decodeJPEG and resample for a planned JPEG.
+// jpegMemory models decodeJPEG for a planned JPEG: the decoded window, its
+// oriented copy, the resampler's scratch; libjpeg's memory plus the row it
+// decodes and drops.
 func (p *Preprocessor) jpegMemory(pl *jpegPlan) memUse {
-	m := memUse{goEarly: p.bufBytes(pl.sw*pl.sh*pl.bpp) + goDecoderSlack, c: jpegCMemory(pl)}
-	src := source{w: pl.sw, h: pl.sh, ch: pl.ch, x1: float64(pl.w*pl.num) / 8, y1: float64(pl.h*pl.num) / 8,
-		dispW: pl.dispW, dispH: pl.dispH}
+	win := p.jpegWindow(pl)
+	n := win.cw * (win.y1 - win.y0)
+	m := memUse{goEarly: p.bufBytes(n*pl.bpp) + goDecoderSlack, c: jpegCMemory(pl) + int64(win.cw*pl.comps)}
 	if pl.orient != 1 {
-		m.goLate += p.bufBytes(pl.sw * pl.sh * pl.ch)
-		src = orientedGeometry(&src, pl.orient)
+		m.goLate += p.bufBytes(n * pl.ch)
 	}
-	m.goLate += p.resampleBytes(&src)
+	m.goLate += p.resampleBytes(&win.full)
 	return m
 }
 

@@ -31,11 +31,23 @@ type source struct {
 }
 
 // coeffs holds the fixed-point filter weights of count consecutive output
-// pixels of one axis.
+// pixels of one axis, twice: as Pillow computes them (bounds, k), and padded
+// to the same number of taps for every output pixel (kpad: the most any
+// has), the padding weights zero, so the horizontal pass runs loops of a
+// fixed length. An output pixel whose padded taps would run past the input's
+// end starts earlier instead, its weights shifted: zero weights add exactly
+// nothing, so the sums are Pillow's.
 type coeffs struct {
 	ksize  int
 	bounds []int32 // per output pixel: first input pixel, number of taps
 	k      []int32 // per output pixel: ksize weights
+	kpad   int
+	start  []int32 // per output pixel: first input pixel of its kpad taps
+	kp     []int32 // per output pixel: kpad weights
+	// For the vector kernels (resample_simd.go): kq is kpad rounded up to 4;
+	// kv holds per output pixel, per group of 4 taps, each weight 4 times.
+	kq int
+	kv [][16]int32
 }
 
 type coeffKey struct {
@@ -121,17 +133,41 @@ func makeCoeffs(inSize int, in0, in1 float64, outSize, first, count int) *coeffs
 		c.bounds[2*i] = int32(xmin)
 		c.bounds[2*i+1] = int32(n)
 	}
+	c.pad(inSize)
 	return c
 }
 
+// pad fills kpad, start and kp from bounds and k.
+func (c *coeffs) pad(inSize int) {
+	count := len(c.bounds) / 2
+	for i := range count {
+		c.kpad = max(c.kpad, int(c.bounds[2*i+1]))
+	}
+	c.start = make([]int32, count)
+	c.kp = make([]int32, count*c.kpad)
+	for i := range count {
+		xmin, n := int(c.bounds[2*i]), int(c.bounds[2*i+1])
+		st := min(xmin, inSize-c.kpad) // n <= kpad <= inSize: st >= 0
+		c.start[i] = int32(st)
+		copy(c.kp[i*c.kpad+xmin-st:], c.k[i*c.ksize:i*c.ksize+n])
+	}
+	if !simdResampler {
+		return
+	}
+	c.kq = roundUp(c.kpad, 4)
+	c.kv = make([][16]int32, count*c.kq/4)
+	for i := range count {
+		for t, w := range c.kp[i*c.kpad : (i+1)*c.kpad] {
+			v := c.kv[(i*c.kq+t)/4][t%4*4:]
+			v[0], v[1], v[2], v[3] = w, w, w, w
+		}
+	}
+}
+
+// clip8 is Pillow's rounding of a fixed-point sum (half already added) to
+// uint8, clamped.
 func clip8(v int32) uint8 {
-	if v <= 0 {
-		return 0
-	}
-	if v >= 255<<precisionBits {
-		return 255
-	}
-	return uint8(v >> precisionBits)
+	return uint8(min(max(v>>precisionBits, 0), 255))
 }
 
 // plan returns the weights of both passes for src's geometry (src.pix is
@@ -151,16 +187,25 @@ func (p *Preprocessor) plan(src *source) (hc, vc *coeffs, yFirst, yLast int) {
 // that the resize of a source with g's geometry reads.
 func (p *Preprocessor) span(g *source) (xFirst, xLast, yFirst, yLast int) {
 	hc, _, yFirst, yLast := p.plan(g)
-	W := p.opts.Width
-	return int(hc.bounds[0]), int(hc.bounds[2*W-2] + hc.bounds[2*W-1]), yFirst, yLast
+	xFirst, xLast = hc.columns()
+	return xFirst, xLast, yFirst, yLast
+}
+
+// columns returns the input pixels [first, last) the padded taps read.
+func (c *coeffs) columns() (first, last int) {
+	first, last = int(c.start[0]), 0
+	for _, s := range c.start {
+		first, last = min(first, int(s)), max(last, int(s)+c.kpad)
+	}
+	return first, last
 }
 
 // resampleBytes is the scratch memory resample allocates for src's geometry:
-// the horizontal pass's rows, one row of accumulators and one output row.
+// the horizontal pass's rows and one row of one plane of the vertical pass.
 func (p *Preprocessor) resampleBytes(src *source) int64 {
 	_, _, yFirst, yLast := p.plan(src)
 	rowLen := int64(p.opts.Width * src.ch)
-	return goAlloc(int64(yLast-yFirst)*rowLen) + goAlloc(4*rowLen) + goAlloc(rowLen)
+	return goAlloc(int64(yLast-yFirst)*rowLen+tmpSlack) + goAlloc(int64(p.opts.Width)+tmpSlack)
 }
 
 // resample resizes src to the configured geometry, crops, and writes the
@@ -190,12 +235,17 @@ type resampleJob struct {
 func (p *Preprocessor) newJob(s *scratch, g *source) resampleJob {
 	hc, vc, yFirst, yLast := p.plan(g)
 	W := p.opts.Width
-	j := resampleJob{hc: hc, vc: vc, ch: g.ch, yFirst: yFirst, yLast: yLast, rowLen: W * g.ch,
-		xFirst: int(hc.bounds[0]), xLast: int(hc.bounds[2*W-2] + hc.bounds[2*W-1])}
-	s.tmp = grow(s.tmp, (yLast-yFirst)*j.rowLen)
+	j := resampleJob{hc: hc, vc: vc, ch: g.ch, yFirst: yFirst, yLast: yLast, rowLen: W * g.ch}
+	j.xFirst, j.xLast = hc.columns()
+	// tmpSlack: vector loads may read a few bytes past the last row.
+	s.tmp = grow(s.tmp, (yLast-yFirst)*j.rowLen+tmpSlack)
 	j.tmp = s.tmp
 	return j
 }
+
+// tmpSlack is the room left after the horizontal pass's rows for vector
+// loads of 16 bytes that start in the last one.
+const tmpSlack = 16
 
 // row runs the horizontal pass on source row y (yFirst <= y < yLast): in
 // holds its pixels (bpp bytes each) from column xoff <= xFirst to at least
@@ -203,157 +253,147 @@ func (p *Preprocessor) newJob(s *scratch, g *source) resampleJob {
 func (j *resampleJob) row(y int, in []uint8, bpp, xoff int) {
 	dst := j.tmp[(y-j.yFirst)*j.rowLen : (y-j.yFirst+1)*j.rowLen]
 	if j.ch == 3 {
-		hrow3(dst, in, bpp, j.hc, xoff)
+		hpass3(dst, in, bpp, j.hc, xoff)
 	} else {
-		hrow1(dst, in, j.hc, xoff)
+		hpass1(dst, in, j.hc, xoff)
 	}
 }
 
-// finishJob runs the vertical pass and writes the slot into out.
+// finishJob runs the vertical pass and writes the slot into out. The
+// horizontal pass left each row as planes (R, G, B or gray, Width bytes
+// each): every output row of every plane is a sum of whole plane rows.
 func (p *Preprocessor) finishJob(j *resampleJob, s *scratch, out sink) {
-	H := p.opts.Height
-	rowLen, ch, tmp, vc, yFirst := j.rowLen, j.ch, j.tmp, j.vc, j.yFirst
-	s.acc = grow(s.acc, rowLen)
-	s.row = grow(s.row, rowLen)
-	acc, row := s.acc, s.row
-	ks := vc.ksize
+	W, H := p.opts.Width, p.opts.Height
+	s.row = grow(s.row, W+tmpSlack)
+	row := s.row[:W]
+	vc := j.vc
 	for yy := range H {
-		ymin := int(vc.bounds[2*yy]) - yFirst
+		ymin := int(vc.bounds[2*yy]) - j.yFirst
 		n := int(vc.bounds[2*yy+1])
-		k := vc.k[yy*ks : yy*ks+n]
-		r0 := tmp[ymin*rowLen : (ymin+1)*rowLen]
-		w0 := k[0]
-		acc := acc[:len(r0)]
-		for j, v := range r0 {
-			acc[j] = half + int32(v)*w0
-		}
-		for i := 1; i < n; i++ {
-			w := k[i]
-			if w == 0 {
+		k := vc.k[yy*vc.ksize : yy*vc.ksize+n]
+		for c := range j.ch {
+			first := j.tmp[ymin*j.rowLen+c*W:]
+			if p.vemit(out, yy, c, j.ch, first, j.rowLen, k) {
 				continue
 			}
-			r := tmp[(ymin+i)*rowLen : (ymin+i+1)*rowLen]
-			r = r[:len(acc)]
-			for j, v := range r {
-				acc[j] += int32(v) * w
+			if out.f32 != nil && j.ch == 3 && p.opts.Layout == NCHW {
+				// The gateway's output: the pass writes the normalized values itself.
+				vrowF32(out.f32[c*W*H+yy*W:][:W], first, j.rowLen, k, &p.lut[c])
+				continue
 			}
+			vrow(row, first, j.rowLen, k)
+			p.emitPlane(out, yy, c, j.ch, row)
 		}
-		row := row[:len(acc)]
-		for j, a := range acc {
-			row[j] = clip8(a)
-		}
-		p.emit(out, yy, row, ch)
 	}
 }
 
-// hrow3 resamples one row of RGB(x) pixels with bpp bytes per pixel; in
-// starts at column xoff.
-func hrow3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
-	ks := c.ksize
-	n := len(dst) / 3
-	b := c.bounds[:2*n]
-	for xx := range n {
-		xmin := int(b[2*xx]) - xoff
-		k := c.k[xx*ks : xx*ks+int(b[2*xx+1])]
-		px := in[xmin*bpp:]
-		s0, s1, s2 := half, half, half
-		for i, w := range k {
-			q := px[i*bpp : i*bpp+3]
-			s0 += int32(q[0]) * w
-			s1 += int32(q[1]) * w
-			s2 += int32(q[2]) * w
+// vrow computes one output row of one plane: row[x] is the sum over taps i
+// of plane row i (stride bytes apart from first) times k[i].
+func vrow(row, first []uint8, stride int, k []int32) {
+	W := len(row)
+	switch len(k) {
+	case 1:
+		r0, w0 := first[:W], k[0]
+		for x := range row {
+			row[x] = clip8(half + int32(r0[x])*w0)
 		}
-		d := dst[xx*3 : xx*3+3]
-		d[0] = clip8(s0)
-		d[1] = clip8(s1)
-		d[2] = clip8(s2)
+	case 2:
+		r0, r1 := first[:W], first[stride:stride+W]
+		w0, w1 := k[0], k[1]
+		for x := range row {
+			row[x] = clip8(half + int32(r0[x])*w0 + int32(r1[x])*w1)
+		}
+	case 3:
+		r0, r1, r2 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W]
+		w0, w1, w2 := k[0], k[1], k[2]
+		for x := range row {
+			row[x] = clip8(half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2)
+		}
+	case 4:
+		r0, r1, r2, r3 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W], first[3*stride:3*stride+W]
+		w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
+		for x := range row {
+			row[x] = clip8(half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2 + int32(r3[x])*w3)
+		}
+	default:
+		for x := range row {
+			a := half
+			o := x
+			for _, w := range k {
+				a += int32(first[o]) * w
+				o += stride
+			}
+			row[x] = clip8(a)
+		}
 	}
 }
 
-// hrow1 resamples one row of gray pixels; in starts at column xoff.
-func hrow1(dst, in []uint8, c *coeffs, xoff int) {
-	ks := c.ksize
-	b := c.bounds[:2*len(dst)]
-	for xx := range dst {
-		xmin := int(b[2*xx]) - xoff
-		k := c.k[xx*ks : xx*ks+int(b[2*xx+1])]
-		px := in[xmin:]
-		px = px[:len(k)]
-		s0 := half
-		for i, w := range k {
-			s0 += int32(px[i]) * w
+// vrowF32 is vrow writing lut's float32 for each value straight into d.
+func vrowF32(d []float32, first []uint8, stride int, k []int32, lut *[256]float32) {
+	W := len(d)
+	switch len(k) {
+	case 2:
+		r0, r1 := first[:W], first[stride:stride+W]
+		w0, w1 := k[0], k[1]
+		for x := range d {
+			d[x] = lut[clip8(half+int32(r0[x])*w0+int32(r1[x])*w1)]
 		}
-		dst[xx] = clip8(s0)
+	case 3:
+		r0, r1, r2 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W]
+		w0, w1, w2 := k[0], k[1], k[2]
+		for x := range d {
+			d[x] = lut[clip8(half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2)]
+		}
+	case 4:
+		r0, r1, r2, r3 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W], first[3*stride:3*stride+W]
+		w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
+		for x := range d {
+			d[x] = lut[clip8(half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2+int32(r3[x])*w3)]
+		}
+	default:
+		for x := range d {
+			a := half
+			o := x
+			for _, w := range k {
+				a += int32(first[o]) * w
+				o += stride
+			}
+			d[x] = lut[clip8(a)]
+		}
 	}
 }
 
-// emit writes output row y (W pixels of ch channels) into the slot.
-func (p *Preprocessor) emit(out sink, y int, row []uint8, ch int) {
+// emitPlane writes output row y of plane c (of ch planes: 1 replicates gray
+// to the three channels) into the slot.
+func (p *Preprocessor) emitPlane(out sink, y, c, ch int, row []uint8) {
 	W, H := p.opts.Width, p.opts.Height
 	plane := W * H
 	nhwc := p.opts.Layout == NHWC
-	if out.f32 != nil {
-		l0, l1, l2 := &p.lut[0], &p.lut[1], &p.lut[2]
-		if nhwc {
+	c0, c1 := c, c+1 // output channels: gray fills all three
+	if ch == 1 {
+		c0, c1 = 0, 3
+	}
+	for oc := c0; oc < c1; oc++ {
+		switch {
+		case out.f32 != nil && !nhwc:
+			lut := &p.lut[oc]
+			d := out.f32[oc*plane+y*W:][:len(row)]
+			for x, v := range row {
+				d[x] = lut[v]
+			}
+		case out.f32 != nil:
+			lut := &p.lut[oc]
 			d := out.f32[y*W*3 : (y+1)*W*3]
-			if ch == 3 {
-				row = row[:len(d)]
-				for x := 0; x+2 < len(d); x += 3 {
-					d[x] = l0[row[x]]
-					d[x+1] = l1[row[x+1]]
-					d[x+2] = l2[row[x+2]]
-				}
-			} else {
-				row = row[:W]
-				for x, v := range row {
-					e := d[3*x : 3*x+3]
-					e[0], e[1], e[2] = l0[v], l1[v], l2[v]
-				}
-			}
-			return
-		}
-		d0 := out.f32[y*W : (y+1)*W]
-		d1 := out.f32[plane+y*W : plane+(y+1)*W]
-		d2 := out.f32[2*plane+y*W : 2*plane+(y+1)*W]
-		if ch == 3 {
-			row = row[:3*W]
-			for x := range d0 {
-				q := row[3*x : 3*x+3]
-				d0[x], d1[x], d2[x] = l0[q[0]], l1[q[1]], l2[q[2]]
-			}
-		} else {
-			row = row[:len(d0)]
 			for x, v := range row {
-				d0[x], d1[x], d2[x] = l0[v], l1[v], l2[v]
+				d[3*x+oc] = lut[v]
 			}
-		}
-		return
-	}
-	if nhwc {
-		d := out.u8[y*W*3 : (y+1)*W*3]
-		if ch == 3 {
-			copy(d, row)
-		} else {
-			row = row[:W]
+		case !nhwc:
+			copy(out.u8[oc*plane+y*W:][:len(row)], row)
+		default:
+			d := out.u8[y*W*3 : (y+1)*W*3]
 			for x, v := range row {
-				e := d[3*x : 3*x+3]
-				e[0], e[1], e[2] = v, v, v
+				d[3*x+oc] = v
 			}
 		}
-		return
-	}
-	d0 := out.u8[y*W : (y+1)*W]
-	d1 := out.u8[plane+y*W : plane+(y+1)*W]
-	d2 := out.u8[2*plane+y*W : 2*plane+(y+1)*W]
-	if ch == 3 {
-		row = row[:3*W]
-		for x := range d0 {
-			q := row[3*x : 3*x+3]
-			d0[x], d1[x], d2[x] = q[0], q[1], q[2]
-		}
-	} else {
-		copy(d0, row)
-		copy(d1, row)
-		copy(d2, row)
 	}
 }

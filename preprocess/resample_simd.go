@@ -1,0 +1,173 @@
+//go:build goexperiment.simd && amd64
+
+package preprocess
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// AVX2 kernels of the resampler (Go's experimental simd/archsimd, built with
+// GOEXPERIMENT=simd). They compute exactly what the portable kernels
+// compute: the same int32 products and sums (integer addition does not care
+// about order), the same rounding and clamping, and for the normalized
+// output the same float32 operations in the same order (convert, /255,
+// -mean, /std; no fused multiply-add). TestSIMDMatchesPortable compares
+// them on random geometries.
+
+// simdResampler tells which implementation of the passes runs.
+const simdResampler = true
+
+var hasAVX2 = archsimd.X86.AVX2()
+
+// rgbx are VPSHUFB indices that spread 4 pixels of bpp 3 or 4 bytes into
+// 32-bit lanes, two pixels per 8-byte half: lo takes pixels 0 and 1, hi
+// pixels 2 and 3 (the fourth byte of each lane is zeroed).
+var rgbx = [5][2]archsimd.Int8x16{
+	3: {
+		archsimd.LoadInt8x16(&[16]int8{0, 1, 2, -1, 3, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1}),
+		archsimd.LoadInt8x16(&[16]int8{6, 7, 8, -1, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1, -1}),
+	},
+	4: {
+		archsimd.LoadInt8x16(&[16]int8{0, 1, 2, -1, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1}),
+		archsimd.LoadInt8x16(&[16]int8{8, 9, 10, -1, 12, 13, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1}),
+	},
+}
+
+// hpass3Vec runs hpass3 with AVX2: per output pixel, each group of 4 taps
+// is one 16-byte load, two byte shuffles into RGB0 lanes, two 8-lane
+// multiplies by the group's weights, and a horizontal add. Output pixels
+// whose loads would pass the end of in are left to the portable kernel.
+func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
+	if !hasAVX2 || !vectorKernels || (bpp != 3 && bpp != 4) || len(c.kv) == 0 {
+		return false
+	}
+	W := len(c.start)
+	groups := c.kq / 4
+	// Vector outputs: those whose last 16-byte load stays in in.
+	n := W
+	for n > 0 && (int(c.start[n-1])-xoff+4*(groups-1))*bpp+16 > len(in) {
+		n--
+	}
+	r := dst[:n]
+	g, b := dst[W:W+n], dst[2*W:2*W+n]
+	st := c.start[:n]
+	lo, hi := rgbx[bpp][0], rgbx[bpp][1]
+	halfv := archsimd.BroadcastInt32x4(half)
+	zero := archsimd.BroadcastInt32x4(0)
+	top := archsimd.BroadcastInt32x4(255)
+	base := xoff * bpp
+	if n > 0 && int(st[0])*bpp < base {
+		panic("preprocess: horizontal pass reads before its row") // the window misses columns
+	}
+	// Starts only grow: the checks above (first) and on n (last) keep every
+	// 16-byte load of the loop in in, so the loads go unchecked.
+	in0 := unsafe.Pointer(unsafe.SliceData(in))
+	if groups == 1 {
+		kv := c.kv[:len(st)]
+		for x, s := range st {
+			p := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(in0, int(s)*bpp-base)))
+			w := &kv[x]
+			a := p.PermuteOrZero(lo).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[:8])))
+			e := p.PermuteOrZero(hi).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[8:])))
+			a = a.Add(e)
+			q := a.GetLo().Add(a.GetHi()).Add(halfv).ShiftAllRight(precisionBits).Max(zero).Min(top)
+			r[x], g[x], b[x] = uint8(q.GetElem(0)), uint8(q.GetElem(1)), uint8(q.GetElem(2))
+		}
+	} else {
+		kv := c.kv[:len(st)*groups]
+		for x, s := range st {
+			i := int(s)*bpp - base
+			var a archsimd.Int32x8
+			ws := kv[x*groups : x*groups+groups]
+			for gi := range ws {
+				w := &ws[gi] // not a copy: 32-byte loads of 16-byte stores stall
+				p := archsimd.LoadUint8x16((*[16]uint8)(in[i+4*gi*bpp:]))
+				a = a.Add(p.PermuteOrZero(lo).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[:8]))))
+				a = a.Add(p.PermuteOrZero(hi).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[8:]))))
+			}
+			q := a.GetLo().Add(a.GetHi()).Add(halfv).ShiftAllRight(precisionBits).Max(zero).Min(top)
+			r[x], g[x], b[x] = uint8(q.GetElem(0)), uint8(q.GetElem(1)), uint8(q.GetElem(2))
+		}
+	}
+	if n < W {
+		hpass3Range(dst[:W], dst[W:2*W], dst[2*W:3*W], in, bpp, c, xoff, n, W)
+	}
+	return true
+}
+
+// vectorKernels can turn the vector kernels off (tests compare both).
+var vectorKernels = true
+
+// vemit runs the vertical pass of one output row of plane c and writes it
+// normalized (or raw) into an NCHW float32 slot, 8 columns at a time.
+func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, k []int32) bool {
+	if !hasAVX2 || !vectorKernels || out.f32 == nil || p.opts.Layout != NCHW || ch != 3 {
+		return false
+	}
+	W := p.opts.Width
+	d := out.f32[c*W*p.opts.Height+y*W:][:W]
+	halfv := archsimd.BroadcastInt32x8(half)
+	zero := archsimd.BroadcastInt32x8(0)
+	top := archsimd.BroadcastInt32x8(255)
+	raw := p.opts.Scale == ScaleRaw
+	f255 := archsimd.BroadcastFloat32x8(255)
+	mean := archsimd.BroadcastFloat32x8(p.opts.Mean[c])
+	std := archsimd.BroadcastFloat32x8(p.opts.Std[c])
+	// load reads 8 bytes of a plane row (16 from first[o:], which tmpSlack
+	// keeps in bounds) as eight int32 lanes.
+	load := func(o int) archsimd.Int32x8 {
+		return archsimd.LoadUint8x16((*[16]uint8)(first[o:])).ExtendLo8ToUint32().AsInt32x8()
+	}
+	x := 0
+	switch len(k) {
+	case 2, 3, 4:
+		// Missing taps weigh 0 and read row 0 again.
+		var w [4]archsimd.Int32x8
+		var o [4]int
+		for i := range 4 {
+			if i < len(k) {
+				w[i], o[i] = archsimd.BroadcastInt32x8(k[i]), i*stride
+			}
+		}
+		for ; x+8 <= W; x += 8 {
+			a := halfv.Add(load(x + o[0]).Mul(w[0])).Add(load(x + o[1]).Mul(w[1]))
+			if len(k) > 2 {
+				a = a.Add(load(x + o[2]).Mul(w[2]))
+			}
+			if len(k) > 3 {
+				a = a.Add(load(x + o[3]).Mul(w[3]))
+			}
+			f := a.ShiftAllRight(precisionBits).Max(zero).Min(top).ConvertToFloat32()
+			if !raw {
+				f = f.Div(f255).Sub(mean).Div(std)
+			}
+			f.Store((*[8]float32)(d[x:]))
+		}
+	default:
+		for ; x+8 <= W; x += 8 {
+			a := halfv
+			o := x
+			for _, w := range k {
+				a = a.Add(load(o).Mul(archsimd.BroadcastInt32x8(w)))
+				o += stride
+			}
+			f := a.ShiftAllRight(precisionBits).Max(zero).Min(top).ConvertToFloat32()
+			if !raw {
+				f = f.Div(f255).Sub(mean).Div(std)
+			}
+			f.Store((*[8]float32)(d[x:]))
+		}
+	}
+	lut := &p.lut[c]
+	for ; x < W; x++ {
+		a := half
+		o := x
+		for _, w := range k {
+			a += int32(first[o]) * w
+			o += stride
+		}
+		d[x] = lut[clip8(a)]
+	}
+	return true
+}
