@@ -151,9 +151,8 @@ func (p *jsonScanner) str() ([]byte, bool, error) {
 	esc := false
 	b := p.b
 	for i := p.i; i < len(b); i++ {
-		// Skip plain string bytes eight at a time where possible (the image is ~all of them).
-		for i+8 <= len(b) && strPlain[b[i]] && strPlain[b[i+1]] && strPlain[b[i+2]] && strPlain[b[i+3]] &&
-			strPlain[b[i+4]] && strPlain[b[i+5]] && strPlain[b[i+6]] && strPlain[b[i+7]] {
+		// Skip plain string bytes eight at a time (the image is ~all of them).
+		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
 			i += 8
 		}
 		if i >= len(b) {
@@ -187,13 +186,19 @@ func (p *jsonScanner) str() ([]byte, bool, error) {
 	return nil, false, bodyErr("malformed JSON: unterminated string (the body may be truncated)")
 }
 
-// strPlain marks the bytes that stand for themselves inside a JSON string.
-var strPlain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
+// plain8 reports whether none of the eight bytes in x is '"', '\\' or a control
+// character (< 0x20), i.e. all of them stand for themselves inside a JSON string. Each test
+// is the exact "has a byte equal to / less than" word trick: a byte's borrow reaches its top
+// bit only where that byte matched, and bytes that matched are what is asked about.
+func plain8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	ctl := (x - 0x20*ones) &^ x // top bit where a byte is < 0x20 (or borrowed into)
+	q := x ^ '"'*ones           // zero bytes where x has '"'
+	bs := x ^ '\\'*ones         // zero bytes where x has '\\'
+	quote := (q - ones) &^ q    // top bit where q has a zero byte
+	back := (bs - ones) &^ bs   // same for '\\'
+	return (ctl|quote|back)&highs == 0
+}
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
@@ -336,7 +341,7 @@ func decodeBase64Budget(dst, scratch, src []byte, reserve func(int64) error) (ou
 	dst = dst[:need]
 	// Fast path: canonical padded standard base64, the common case.
 	if len(src)%4 == 0 {
-		if n, err := base64.StdEncoding.Decode(dst, src); err == nil {
+		if n, err := decodeStdBase64(dst, src); err == nil {
 			return dst[:n], scratch, nil
 		}
 	}

@@ -3,8 +3,10 @@ package gateway
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -263,5 +265,50 @@ func BenchmarkBodyToSlot(b *testing.B) {
 		if err := pre.Process(img, slot); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPlain8 checks the word trick against the byte-by-byte rule: every byte value at every
+// position among plain neighbours, and random words.
+func TestPlain8(t *testing.T) {
+	isPlain := func(c byte) bool { return c >= 0x20 && c != '"' && c != '\\' }
+	ref := func(w [8]byte) bool {
+		for _, c := range w {
+			if !isPlain(c) {
+				return false
+			}
+		}
+		return true
+	}
+	check := func(w [8]byte) {
+		if got, want := plain8(binary.LittleEndian.Uint64(w[:])), ref(w); got != want {
+			t.Fatalf("plain8(% x) = %v, want %v", w, got, want)
+		}
+	}
+	for _, fill := range []byte{0x20, 'A', 0x7f, 0x80, 0x9f, 0xa0, 0xff, '"' + 1, '\\' - 1} {
+		for pos := range 8 {
+			for c := range 256 {
+				var w [8]byte
+				for k := range w {
+					w[k] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+				w[(pos+3)%8] = byte(255 - c)
+				check(w)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], r.Uint64())
+		check(w)
+		for k := range w { // mostly plain words, where a miss would hide
+			if !isPlain(w[k]) && r.IntN(4) != 0 {
+				w[k] |= 0x40
+			}
+		}
+		check(w)
 	}
 }
