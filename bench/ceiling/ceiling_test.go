@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,7 @@ func BenchmarkCeiling(b *testing.B) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -84,4 +86,16 @@ func BenchmarkCeiling(b *testing.B) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "images/s")
+	// CPU time per image (user + system, all threads): what the work costs, unlike images/s
+	// barely moved by other processes sharing the machine. Before/after comparisons use this.
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/image")
+}
+
+// processCPU is the process's user + system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
