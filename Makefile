@@ -5,6 +5,10 @@ GO ?= go
 CONFIG ?= configs/gateway.yaml
 ORT_LIB := $(CURDIR)/.deps/onnxruntime/libonnxruntime.so
 export ONNXRUNTIME_LIB ?= $(ORT_LIB)
+# Go 1.26's experimental SIMD package: the resampler's AVX2 kernels (preprocess/resample_simd.go;
+# the portable kernels elsewhere and on arm64, and TestSIMDMatchesPortable holds the two to the
+# same bits). GOEXPERIMENT= make ... builds without it.
+export GOEXPERIMENT ?= simd
 
 .PHONY: setup setup-test build run test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short
 

@@ -43,7 +43,11 @@ func (p *Preprocessor) refResample(src *source, out sink) {
 // upscales, stretch, crops anywhere), every output kind.
 func TestResamplerMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 13))
-	for i := range 400 {
+	cases := 400
+	if raceEnabled { // one goroutine: the race detector only slows it down
+		cases = 80
+	}
+	for i := range cases {
 		w, h := 1+r.IntN(700), 1+r.IntN(700)
 		if i%10 == 0 {
 			w, h = 1+r.IntN(4000), 1+r.IntN(60)

@@ -19,7 +19,11 @@ func TestSIMDMatchesPortable(t *testing.T) {
 	}
 	defer func() { vectorKernels = true }()
 	r := rand.New(rand.NewPCG(3, 5))
-	for i := range 300 {
+	cases := 300
+	if raceEnabled { // one goroutine: the race detector only slows it down
+		cases = 60
+	}
+	for i := range cases {
 		w, h := 1+r.IntN(900), 1+r.IntN(900)
 		bpp := []int{3, 4}[i%2]
 		pix := make([]uint8, w*h*bpp+r.IntN(3))

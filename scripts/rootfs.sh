@@ -41,7 +41,8 @@ chmod 1777 "$out/tmp"
 if [ -n "${GATEWAY_BIN:-}" ]; then
   install -m 0755 "$GATEWAY_BIN" "$out/app/bin/gateway"
 else
-  (cd "$root" && CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo \
+  # GOEXPERIMENT=simd: the resampler's AVX2 kernels, as the Makefile builds (amd64; arm64 builds the portable ones)
+  (cd "$root" && CGO_ENABLED=1 GOEXPERIMENT="${GOEXPERIMENT-simd}" go build -trimpath -tags netgo,osusergo \
     -ldflags "-s -w -X github.com/imagegate/imagegate/gateway.Version=$version" \
     -o "$out/app/bin/gateway" ./cmd/gateway)
 fi
