@@ -379,7 +379,12 @@ func (p *Preprocessor) jpegWindow(pl *jpegPlan) jpegWindow {
 	stored := source{w: pl.sw, h: pl.sh, ch: pl.ch, x1: float64(pl.w*pl.num) / 8, y1: float64(pl.h*pl.num) / 8,
 		dispW: pl.dispW, dispH: pl.dispH}
 	w := jpegWindow{full: orientedGeometry(&stored, pl.orient)}
-	if p.noWindow {
+	if p.noWindow || pl.maxH > 2 || pl.maxV > 2 {
+		// Sampling factors above 2 (4x2, 2x4 and such; no camera writes them) decode
+		// whole: libjpeg-turbo 2.x crops their chroma rows too short when scaling (its
+		// issue #669, fixed in 3.0: the colour conversion then reads stale heap bytes),
+		// skipping rows of a progressive 2x4 file can loop forever, and skipping to the
+		// last row of a baseline one warns of a premature end (TestUnusualSamplingJPEG).
 		w.cw, w.y1 = pl.sw, pl.sh
 		return w
 	}
