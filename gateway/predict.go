@@ -24,7 +24,11 @@ func (predictAPI) parse(r *request) error {
 	if err := r.expect(1); err != nil {
 		return err
 	}
-	return r.decodeImage(0, img)
+	err = r.decodeImage(0, img)
+	// The image is in the tensor rows (or refused): what waits for the batch holds no more.
+	r.dropBody()
+	r.dropImage()
+	return err
 }
 
 // imageBytes returns the encoded image of a predict request: the body itself for image or
@@ -49,12 +53,17 @@ func (r *request) imageBytes() ([]byte, error) {
 		if err := r.reserve(int64(base64.StdEncoding.DecodedLen(len(field)))); err != nil {
 			return nil, err
 		}
+		if r.img == nil {
+			r.img = getBuf(&imageBufs)
+		}
 		img, scratch, err := decodeBase64Budget(r.img, r.scratch, field, r.reserve)
 		r.scratch = scratch
 		if err != nil {
 			return nil, err
 		}
 		r.img = img
+		// The JSON body is spent: a request waiting for a decode worker holds only the image.
+		r.dropBody()
 		return img, nil
 	case bytes.HasPrefix(ct, []byte("image/")), bytes.EqualFold(ct, []byte("application/octet-stream")), len(ct) == 0:
 		if len(body) == 0 {

@@ -328,6 +328,9 @@ func (r *request) decodeImages(n int) error {
 			if err != nil {
 				return nil, err
 			}
+			if r.img == nil {
+				r.img = getBuf(&imageBufs)
+			}
 			img, scratch, err := decodeBase64Budget(r.img, r.scratch, f, r.reserve)
 			r.scratch = scratch
 			if err == nil {
