@@ -90,6 +90,10 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 			r[x], g[x], b[x] = uint8(q.GetElem(0)), uint8(q.GetElem(1)), uint8(q.GetElem(2))
 		}
 	}
+	// The compiler does not yet emit VZEROUPPER: leave no dirty upper halves
+	// to the SSE code that follows (the portable tail, the caller). Once per
+	// row: VZEROUPPER costs about a cycle, a transition far more.
+	archsimd.ClearAVXUpperBits()
 	if n < W {
 		hpass3Range(dst[:W], dst[W:2*W], dst[2*W:3*W], in, bpp, c, xoff, n, W)
 	}
@@ -122,21 +126,24 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 	x := 0
 	switch len(k) {
 	case 2, 3, 4:
-		// Missing taps weigh 0 and read row 0 again.
-		var w [4]archsimd.Int32x8
-		var o [4]int
-		for i := range 4 {
-			if i < len(k) {
-				w[i], o[i] = archsimd.BroadcastInt32x8(k[i]), i*stride
-			}
+		// Missing taps weigh 0 and read row 0 again. Variables, not arrays:
+		// the compiler zeroes arrays with legacy-SSE MOVUPS, which after the
+		// 256-bit broadcasts costs an SSE/AVX transition on some CPUs.
+		w0, w1, w2, w3 := archsimd.BroadcastInt32x8(k[0]), archsimd.BroadcastInt32x8(k[1]), zero, zero
+		o2, o3 := 0, 0
+		if len(k) > 2 {
+			w2, o2 = archsimd.BroadcastInt32x8(k[2]), 2*stride
+		}
+		if len(k) > 3 {
+			w3, o3 = archsimd.BroadcastInt32x8(k[3]), 3*stride
 		}
 		for ; x+8 <= W; x += 8 {
-			a := halfv.Add(load(x + o[0]).Mul(w[0])).Add(load(x + o[1]).Mul(w[1]))
+			a := halfv.Add(load(x).Mul(w0)).Add(load(x + stride).Mul(w1))
 			if len(k) > 2 {
-				a = a.Add(load(x + o[2]).Mul(w[2]))
+				a = a.Add(load(x + o2).Mul(w2))
 			}
 			if len(k) > 3 {
-				a = a.Add(load(x + o[3]).Mul(w[3]))
+				a = a.Add(load(x + o3).Mul(w3))
 			}
 			f := a.ShiftAllRight(precisionBits).Max(zero).Min(top).ConvertToFloat32()
 			if !raw {
@@ -159,6 +166,9 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 			f.Store((*[8]float32)(d[x:]))
 		}
 	}
+	// As in hpass3Vec: clean upper halves for the scalar tail (legacy SSE
+	// MOVSS) and the caller.
+	archsimd.ClearAVXUpperBits()
 	lut := &p.lut[c]
 	for ; x < W; x++ {
 		a := half
