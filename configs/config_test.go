@@ -14,7 +14,7 @@ func TestShippedConfigLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := cfg.Models[0]
-	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 4 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
+	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 2 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
 		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 2 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
 		t.Fatalf("unexpected values: %+v", m)
 	}
