@@ -280,5 +280,10 @@ label() {
     grep -v '^$' "$WORK/$cfg.open.txt"
     echo '```'
   done
+  # Hand-written before/after sections (what earlier runs measured) follow the generated ones.
+  if [ -f bench/history.md ]; then
+    echo
+    cat bench/history.md
+  fi
 } >"$REPORT"
 log "wrote $REPORT"
