@@ -292,8 +292,10 @@ func (l *listener) Close() error {
 				l.mu.Unlock()
 			}
 		}
+		last := acceptQueued(l.Listener) // what arrived since, without the poller's delay
 		err = l.Listener.Close()
 		l.mu.Lock()
+		l.pending = append(l.pending, last...)
 		l.closed = true
 		l.mu.Unlock()
 		close(l.done)
