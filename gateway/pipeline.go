@@ -222,7 +222,9 @@ func (s *Server) admit(r *request) error {
 	if r.fe.decodes() {
 		pred += s.gate.predictWait()
 	}
-	if r.start.Add(pred).After(r.deadline) {
+	// With the decode gate's headroom: a request refused here is refused in microseconds,
+	// before its body is read; one that passes and is refused later has spent its upload.
+	if r.start.Add(pred + pred/admitHeadroom).After(r.deadline) {
 		s.met.refusals[refuseDeadline].Inc()
 		return fmt.Errorf("%w: predicted to take %v, the request's deadline is in %v", errShed,
 			pred.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
