@@ -202,6 +202,16 @@ func (v v2State) reset() v2State {
 func (v2API) decodes() bool { return false }
 
 func (a v2API) parse(r *request) error {
+	err := a.parseBody(r)
+	// The samples hold what the request needs (the id and output names are copies): its body
+	// and image buffers go back before it waits for its batch.
+	r.v2.binaryBody, r.v2.in.data = nil, nil
+	r.dropBody()
+	r.dropImage()
+	return err
+}
+
+func (a v2API) parseBody(r *request) error {
 	v := &r.v2
 	body := r.body
 	hdr := body
