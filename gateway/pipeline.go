@@ -102,19 +102,28 @@ func (r *request) reset() {
 // only its tensor rows (at c=50 on the article's payload, some 15 MB less held).
 var bodyBufs, imageBufs sync.Pool // of *[]byte
 
+// holders recycles the *[]byte that carry buffers through the pools, so that giving a buffer
+// back allocates nothing.
+var holders = sync.Pool{New: func() any { return new([]byte) }}
+
 func getBuf(p *sync.Pool) []byte {
-	if b, ok := p.Get().(*[]byte); ok {
-		return (*b)[:0]
+	h, ok := p.Get().(*[]byte)
+	if !ok {
+		return nil
 	}
-	return nil
+	b := (*h)[:0]
+	*h = nil
+	holders.Put(h)
+	return b
 }
 
 func putBuf(p *sync.Pool, b []byte) {
 	if cap(b) == 0 || cap(b) > maxPooledBuffer {
 		return
 	}
-	b = b[:0]
-	p.Put(&b)
+	h := holders.Get().(*[]byte)
+	*h = b[:0]
+	p.Put(h)
 }
 
 // dropBody gives the request's body buffers back; r.body is nil after it.

@@ -561,3 +561,23 @@ func TestListenerCloseServesBacklog(t *testing.T) {
 		t.Fatal("a new connection was accepted after Close")
 	}
 }
+
+// TestBufferPoolsDoNotAllocate: handing a body or image buffer back and taking it again
+// allocates nothing once the pools are warm.
+func TestBufferPoolsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	var p sync.Pool
+	putBuf(&p, make([]byte, 0, 1024))
+	allocs := testing.AllocsPerRun(1000, func() {
+		b := getBuf(&p)
+		if cap(b) == 0 {
+			b = make([]byte, 0, 1024)
+		}
+		putBuf(&p, b)
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per take and give back", allocs)
+	}
+}
