@@ -125,6 +125,31 @@ func torchvisionSlot(hwc []byte) []float32 {
 	return out
 }
 
+// photoTop5 is a shared photo's top-5 from our slot and from torchvision's.
+type photoTop5 struct {
+	e         goldenEntry
+	got, want []top5Entry
+}
+
+// sharedPhotoTop5 returns, for each shared photo with 224/256 goldens, our top-5 (with or
+// without full_decode) and torchvision's, both run through the same session here.
+func sharedPhotoTop5(t *testing.T, d *goldenDoc, full bool) []photoTop5 {
+	p := mustNew(t, Options{FullDecode: full})
+	var out []photoTop5
+	for _, e := range d.Images {
+		if e.Source != "shared" || e.Crop != 224 || e.Resize != 256 {
+			continue
+		}
+		want := top5(t, torchvisionSlot(e.pixels(t)))
+		slot := make([]float32, p.SlotLen())
+		if err := p.Process(e.input(t), slot); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, photoTop5{e, top5(t, slot), want})
+	}
+	return out
+}
+
 // TestTop1MatchesTorchvision: our slot gets the same top-1 class as
 // torchvision's preprocessing on the shared photos. Torchvision's answer is
 // computed here, on this machine: the same ONNX Runtime session runs the
@@ -135,18 +160,9 @@ func torchvisionSlot(hwc []byte) []float32 {
 func TestTop1MatchesTorchvision(t *testing.T) {
 	d := loadGoldens(t)
 	for _, full := range []bool{true, false} {
-		p := mustNew(t, Options{FullDecode: full})
 		n, agree := 0, 0
-		for _, e := range d.Images {
-			if e.Source != "shared" || e.Crop != 224 || e.Resize != 256 {
-				continue
-			}
-			want := top5(t, torchvisionSlot(e.pixels(t)))
-			slot := make([]float32, p.SlotLen())
-			if err := p.Process(e.input(t), slot); err != nil {
-				t.Fatal(err)
-			}
-			got := top5(t, slot)
+		for _, ph := range sharedPhotoTop5(t, d, full) {
+			e, got, want := ph.e, ph.got, ph.want
 			n++
 			same := got[0].Class == want[0].Class
 			note := map[bool]string{false: "DIFFERENT"}[same]

@@ -25,18 +25,9 @@ func topSet(e []top5Entry) []int {
 func TestTop5MatchesTorchvision(t *testing.T) {
 	d := loadGoldens(t)
 	for _, full := range []bool{true, false} {
-		p := mustNew(t, Options{FullDecode: full})
 		n, agree := 0, 0
-		for _, e := range d.Images {
-			if e.Source != "shared" || e.Crop != 224 || e.Resize != 256 {
-				continue
-			}
-			want := top5(t, torchvisionSlot(e.pixels(t)))
-			slot := make([]float32, p.SlotLen())
-			if err := p.Process(e.input(t), slot); err != nil {
-				t.Fatal(err)
-			}
-			got := top5(t, slot)
+		for _, ph := range sharedPhotoTop5(t, d, full) {
+			e, got, want := ph.e, ph.got, ph.want
 			n++
 			if slices.Equal(topSet(got), topSet(want)) {
 				agree++
