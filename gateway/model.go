@@ -257,7 +257,11 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
 	for i, j := range jobs {
 		copy(r.Input(i), j.row)
 	}
-	scores, err := r.Run(len(jobs))
+	var scores []float32
+	err := cpuBound(func() (err error) {
+		scores, err = r.Run(len(jobs))
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -321,7 +321,7 @@ func (r *request) decodeImage(i int, img []byte) error {
 	if heavy {
 		err = atLowPriority(decode)
 	} else {
-		err = decode()
+		err = cpuBound(decode)
 	}
 	d := time.Since(t)
 	s.gate.release(cost, heavy, d)
