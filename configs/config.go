@@ -186,7 +186,15 @@ type Runtime struct {
 	// CPUMemArena: on keeps ONNX Runtime's CPU memory arena (activations reused across runs, the
 	// arena as large as the largest batch run); off allocates them per run.
 	CPUMemArena string `yaml:"cpu_mem_arena"`
+	// Sessions: shared (default) runs every instance on one ONNX Runtime session (the weights,
+	// prepacked kernels and graph held once; each instance has its own buffers and batch loop,
+	// and ONNX Runtime's Run is safe for concurrent calls); per_instance gives each instance a
+	// session of its own.
+	Sessions string `yaml:"sessions"`
 }
+
+// ShareSession reports whether the model's instances share one ONNX Runtime session.
+func (r Runtime) ShareSession() bool { return r.Sessions != "per_instance" }
 
 // Load reads, defaults and validates the configuration file at path.
 func Load(path string) (*Config, error) {
@@ -406,6 +414,9 @@ func (c *Config) setDefaults() {
 		if r.CPUMemArena == "" {
 			r.CPUMemArena = "on"
 		}
+		if r.Sessions == "" {
+			r.Sessions = "shared"
+		}
 	}
 }
 
@@ -596,6 +607,9 @@ func (c *Config) Validate() error {
 		}
 		if r.CPUMemArena != "on" && r.CPUMemArena != "off" {
 			bad(f+".runtime.cpu_mem_arena", "must be on or off, got %q", r.CPUMemArena)
+		}
+		if r.Sessions != "shared" && r.Sessions != "per_instance" {
+			bad(f+".runtime.sessions", "must be shared or per_instance, got %q", r.Sessions)
 		}
 		switch r.ExecutionProvider {
 		case "cpu", "cuda", "tensorrt":

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,6 +75,7 @@ func run(load func(string) (*configs.Config, error), configPath, listen, adminLi
 	}
 	checkFileLimit(cfg.Server.MaxConnections, log)
 	setProcs(cfg, log)
+	setGC(log)
 	srv, err := gateway.New(serverOptions(cfg.Server, token, log), repo)
 	if err != nil {
 		return err
@@ -221,6 +223,22 @@ func setProcs(cfg *configs.Config, log *slog.Logger) {
 	log.Debug("GOMAXPROCS", "cpus", base, "procs", n)
 }
 
+// gcPercent is the gateway's GOGC unless the environment sets one. The heap is mostly pooled
+// request buffers (bodies, images, tensor rows) reused from request to request, so little is
+// allocated (at c=50 on the article's payload, GOGC 100 ran one GC in 15 s) and Go's default
+// lets the heap grow to twice what is live before collecting: peak RSS over the benchmark's
+// sequence of runs was 160-192 MB with GOGC 100 and 144-159 with 25, for the same throughput.
+const gcPercent = 25
+
+// setGC sets GOGC to gcPercent unless the environment sets GOGC or GOMEMLIMIT.
+func setGC(log *slog.Logger) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetGCPercent(gcPercent)
+	log.Debug("GOGC", "percent", gcPercent)
+}
+
 // adminToken reads the admin bearer token from its file ("" when none is configured).
 func adminToken(path string) (string, error) {
 	if path == "" {
@@ -324,6 +342,12 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 	}
 	runners := gateway.RunnersOf[T]{}
 	for i := range m.Runtime.Instances {
+		if i > 0 && m.Runtime.ShareSession() {
+			s := ss[0].Share()
+			ss = append(ss, s)
+			runners = append(runners, s)
+			continue
+		}
 		optimized := m.Runtime.OptimizedModelPath
 		if i > 0 {
 			optimized = "" // written once, by the first instance

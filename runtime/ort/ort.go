@@ -149,9 +149,10 @@ func elemName[T Elem]() string {
 }
 
 // Session is one ONNX Runtime session with input and output buffers for MaxBatchSize rows; T is
-// the model input's element type. It is not safe for concurrent use. Close releases it.
+// the model input's element type. It is not safe for concurrent use; Share gives another
+// Session over the same ONNX Runtime session for another goroutine. Close releases it.
 type Session[T Elem] struct {
-	sess     *onnx.DynamicAdvancedSession
+	core     *sessionCore
 	in       []T
 	out      []float32
 	inViews  []onnx.Value // index n-1: the first n rows
@@ -161,6 +162,26 @@ type Session[T Elem] struct {
 	classes  int
 	inputs   []onnx.Value
 	outputs  []onnx.Value
+}
+
+// sessionCore is an ONNX Runtime session shared by the Sessions made from it with Share; the
+// last Close destroys it.
+type sessionCore struct {
+	sess *onnx.DynamicAdvancedSession
+	mu   sync.Mutex
+	refs int
+}
+
+func (c *sessionCore) release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refs--; c.refs > 0 {
+		return nil
+	}
+	err := c.sess.Destroy()
+	c.sess = nil
+	trimHeap()
+	return err
 }
 
 // ErrModel is returned when a model does not match its configuration.
@@ -229,22 +250,37 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("ort: cannot create a session for %s: %w", cfg.ModelPath, err)
 	}
-	s := &Session[T]{
-		sess:    sess,
-		inShape: append([]int64(nil), cfg.InputShape...),
-		classes: int(out.Shape[1]),
-		inputs:  make([]onnx.Value, 1),
-		outputs: make([]onnx.Value, 1),
-	}
-	s.rowIn = 1
+	rowIn := 1
 	for _, d := range cfg.InputShape {
-		s.rowIn *= int(d)
+		rowIn *= int(d)
 	}
-	s.in = make([]T, s.rowIn*cfg.MaxBatchSize)
-	s.out = make([]float32, s.classes*cfg.MaxBatchSize)
-	s.inViews = make([]onnx.Value, cfg.MaxBatchSize)
-	s.outViews = make([]*onnx.Tensor[float32], cfg.MaxBatchSize)
-	return s, nil
+	return newInstance[T](&sessionCore{sess: sess, refs: 1}, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+}
+
+func newInstance[T Elem](core *sessionCore, inShape []int64, rowIn, classes, maxBatch int) *Session[T] {
+	return &Session[T]{
+		core:     core,
+		inShape:  append([]int64(nil), inShape...),
+		rowIn:    rowIn,
+		classes:  classes,
+		in:       make([]T, rowIn*maxBatch),
+		out:      make([]float32, classes*maxBatch),
+		inViews:  make([]onnx.Value, maxBatch),
+		outViews: make([]*onnx.Tensor[float32], maxBatch),
+		inputs:   make([]onnx.Value, 1),
+		outputs:  make([]onnx.Value, 1),
+	}
+}
+
+// Share returns another Session over s's ONNX Runtime session, with input and output buffers
+// of its own: the model's weights, prepacked kernels and graph are held once, however many
+// instances run it. ONNX Runtime's Run is safe for concurrent calls on one session; with
+// intra_op_threads 1 each call runs on its caller's thread. s must not be closed.
+func (s *Session[T]) Share() *Session[T] {
+	s.core.mu.Lock()
+	s.core.refs++
+	s.core.mu.Unlock()
+	return newInstance[T](s.core, s.inShape, s.rowIn, s.classes, len(s.inViews))
 }
 
 func find(infos []TensorInfo, name string) (TensorInfo, bool) {
@@ -361,7 +397,7 @@ func (s *Session[T]) Run(n int) ([]float32, error) {
 		s.inViews[n-1], s.outViews[n-1] = in, out
 	}
 	s.inputs[0], s.outputs[0] = s.inViews[n-1], s.outViews[n-1]
-	if err := s.sess.Run(s.inputs, s.outputs); err != nil {
+	if err := s.core.sess.Run(s.inputs, s.outputs); err != nil {
 		return nil, fmt.Errorf("ort: run of %d rows: %w", n, err)
 	}
 	return s.out[:n*s.classes], nil
@@ -376,10 +412,9 @@ func (s *Session[T]) Close() error {
 			s.inViews[i], s.outViews[i] = nil, nil
 		}
 	}
-	if s.sess != nil {
-		err := s.sess.Destroy()
-		s.sess = nil
-		trimHeap()
+	if s.core != nil {
+		err := s.core.release()
+		s.core = nil
 		return err
 	}
 	return nil

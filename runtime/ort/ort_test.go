@@ -144,3 +144,73 @@ func itoa(n int) string {
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
 }
+
+// Sessions made with Share run concurrently on one ONNX Runtime session, each with its own
+// buffers: every goroutine gets its own rows' scores (as the original session alone computes
+// them, on this machine), and the session outlives the Close of the one it was shared from.
+func TestShareConcurrentRuns(t *testing.T) {
+	initORT(t)
+	s := newDefault(t, 2)
+	rng := rand.New(rand.NewSource(2))
+	const instances = 3
+	rows := make([][]float32, instances)
+	want := make([][]float32, instances)
+	for i := range rows {
+		rows[i] = make([]float32, s.RowLen())
+		for j := range rows[i] {
+			rows[i][j] = float32(rng.NormFloat64())
+		}
+		copy(s.Input(0), rows[i])
+		out, err := s.Run(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = append([]float32(nil), out...)
+	}
+	shared := []*Session[float32]{s}
+	for range instances - 1 {
+		shared = append(shared, s.Share())
+	}
+	errs := make(chan error, instances)
+	for i, sh := range shared {
+		go func() {
+			for range 20 {
+				copy(sh.Input(0), rows[i])
+				copy(sh.Input(1), rows[(i+1)%instances])
+				out, err := sh.Run(2)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for k := range 11 {
+					if math.Abs(float64(out[k]-want[i][k])) > 1e-4 || math.Abs(float64(out[11+k]-want[(i+1)%instances][k])) > 1e-4 {
+						errs <- errors.New("instance " + itoa(i) + ": scores of another instance's rows")
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range instances {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last := shared[instances-1]
+	copy(last.Input(0), rows[0])
+	if _, err := last.Run(1); err != nil {
+		t.Fatalf("a shared session after the original's Close: %v", err)
+	}
+	for _, sh := range shared[1:] {
+		if err := sh.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sh.Close(); err != nil { // a second Close is a no-op
+			t.Fatal(err)
+		}
+	}
+}
