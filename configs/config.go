@@ -173,7 +173,8 @@ type Adaptive struct {
 
 // Runtime configures the ONNX Runtime sessions of a model.
 type Runtime struct {
-	// Instances is the number of sessions, each with its own batch loop. Default 1.
+	// Instances is the number of batch loops, each with its own input and output buffers (and,
+	// with Sessions per_instance, its own ONNX Runtime session). Default 1.
 	Instances      int `yaml:"instances"`
 	IntraOpThreads int `yaml:"intra_op_threads"`
 	InterOpThreads int `yaml:"inter_op_threads"`
