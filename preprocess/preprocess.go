@@ -225,6 +225,37 @@ func (p *Preprocessor) ProcessUint8(data []byte, dst []uint8) error {
 	return p.run(data, sink{u8: dst[:p.SlotLen()]})
 }
 
+// Expand writes into dst[:SlotLen()] the values Process writes for the image
+// whose ProcessUint8 slot is src[:SlotLen()]: Process computes each value as
+// a byte first (the resampler's rounding and clamping) and then maps it
+// through the channel's float32 normalization (or writes it as is, for
+// ScaleRaw), and Expand applies the same mapping, so the two give the same
+// bits. A caller can keep an image as bytes, a quarter of the memory, until
+// the model's input tensor is filled. Same layout as both.
+func (p *Preprocessor) Expand(dst []float32, src []uint8) error {
+	n := p.SlotLen()
+	if len(dst) < n || len(src) < n {
+		return fmt.Errorf("preprocess: Expand needs slots of %d values, got %d bytes into %d values", n, len(src), len(dst))
+	}
+	dst, src = dst[:n], src[:n]
+	if p.opts.Layout == NHWC {
+		l0, l1, l2 := &p.lut[0], &p.lut[1], &p.lut[2]
+		for i := 0; i+2 < n; i += 3 {
+			dst[i], dst[i+1], dst[i+2] = l0[src[i]], l1[src[i+1]], l2[src[i+2]]
+		}
+		return nil
+	}
+	plane := n / 3
+	for c := range 3 {
+		d, s := dst[c*plane:(c+1)*plane], src[c*plane:(c+1)*plane]
+		lut := &p.lut[c]
+		for i := p.expandVec(d, s, c); i < len(d); i++ {
+			d[i] = lut[s[i]]
+		}
+	}
+	return nil
+}
+
 // run is the whole pipeline: detect, check limits, decode, orient, resample.
 func (p *Preprocessor) run(data []byte, out sink) error {
 	if len(data) == 0 {

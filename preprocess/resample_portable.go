@@ -13,3 +13,8 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool { return fals
 func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, k []int32) bool {
 	return false
 }
+
+func (p *Preprocessor) expandVec(d []float32, s []uint8, c int) int { return 0 }
+
+// vectorKernels would turn the vector kernels off; there are none in this build.
+var vectorKernels = true

@@ -3,6 +3,7 @@
 package preprocess
 
 import (
+	"encoding/binary"
 	"simd/archsimd"
 	"unsafe"
 )
@@ -104,10 +105,15 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 var vectorKernels = true
 
 // vemit runs the vertical pass of one output row of plane c and writes it
-// normalized (or raw) into an NCHW float32 slot, 8 columns at a time.
+// normalized (or raw) into an NCHW float32 slot, or as bytes into an NCHW
+// uint8 slot, 8 columns at a time.
 func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, k []int32) bool {
-	if !hasAVX2 || !vectorKernels || out.f32 == nil || p.opts.Layout != NCHW || ch != 3 {
+	if !hasAVX2 || !vectorKernels || p.opts.Layout != NCHW || ch != 3 {
 		return false
+	}
+	if out.f32 == nil {
+		p.vemitU8(out.u8, y, c, first, stride, k)
+		return true
 	}
 	W := p.opts.Width
 	d := out.f32[c*W*p.opts.Height+y*W:][:W]
@@ -180,4 +186,96 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 		d[x] = lut[clip8(a)]
 	}
 	return true
+}
+
+// narrow8 picks byte 0 of each 32-bit lane (VPSHUFB within each 128-bit
+// half), then the two halves' first dwords together (VPERMD): 8 lanes of
+// 0..255 become 8 bytes in the low 64 bits.
+var (
+	narrow8Bytes = archsimd.LoadInt8x32(&[32]int8{0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+		0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1})
+	narrow8Dwords = archsimd.LoadUint32x8(&[8]uint32{0, 4, 1, 1, 1, 1, 1, 1})
+)
+
+// vemitU8 is vemit into a uint8 slot: the same sums, rounding and clamping
+// as vrow, written as bytes.
+func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, k []int32) {
+	W := p.opts.Width
+	d := u8[c*W*p.opts.Height+y*W:][:W]
+	halfv := archsimd.BroadcastInt32x8(half)
+	zero := archsimd.BroadcastInt32x8(0)
+	top := archsimd.BroadcastInt32x8(255)
+	load := func(o int) archsimd.Int32x8 {
+		return archsimd.LoadUint8x16((*[16]uint8)(first[o:])).ExtendLo8ToUint32().AsInt32x8()
+	}
+	store := func(x int, a archsimd.Int32x8) {
+		q := a.ShiftAllRight(precisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(narrow8Bytes).AsInt32x8().Permute(narrow8Dwords)
+		binary.LittleEndian.PutUint64(d[x:x+8], uint64(q.GetLo().AsInt64x2().GetElem(0)))
+	}
+	x := 0
+	switch len(k) {
+	case 2, 3, 4:
+		w0, w1, w2, w3 := archsimd.BroadcastInt32x8(k[0]), archsimd.BroadcastInt32x8(k[1]), zero, zero
+		o2, o3 := 0, 0
+		if len(k) > 2 {
+			w2, o2 = archsimd.BroadcastInt32x8(k[2]), 2*stride
+		}
+		if len(k) > 3 {
+			w3, o3 = archsimd.BroadcastInt32x8(k[3]), 3*stride
+		}
+		for ; x+8 <= W; x += 8 {
+			a := halfv.Add(load(x).Mul(w0)).Add(load(x + stride).Mul(w1))
+			if len(k) > 2 {
+				a = a.Add(load(x + o2).Mul(w2))
+			}
+			if len(k) > 3 {
+				a = a.Add(load(x + o3).Mul(w3))
+			}
+			store(x, a)
+		}
+	default:
+		for ; x+8 <= W; x += 8 {
+			a := halfv
+			o := x
+			for _, w := range k {
+				a = a.Add(load(o).Mul(archsimd.BroadcastInt32x8(w)))
+				o += stride
+			}
+			store(x, a)
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	for ; x < W; x++ {
+		a := half
+		o := x
+		for _, w := range k {
+			a += int32(first[o]) * w
+			o += stride
+		}
+		d[x] = clip8(a)
+	}
+}
+
+// expandVec is Expand's loop over plane c, 8 values at a time with the
+// float32 operations of vemit (convert, /255, -mean, /std): it returns how
+// many values it wrote (every 16-byte load stays in s; the caller writes the
+// rest).
+func (p *Preprocessor) expandVec(d []float32, s []uint8, c int) int {
+	if !hasAVX2 || !vectorKernels {
+		return 0
+	}
+	raw := p.opts.Scale == ScaleRaw
+	f255 := archsimd.BroadcastFloat32x8(255)
+	mean := archsimd.BroadcastFloat32x8(p.opts.Mean[c])
+	std := archsimd.BroadcastFloat32x8(p.opts.Std[c])
+	i := 0
+	for ; i+16 <= len(s) && i+8 <= len(d); i += 8 {
+		f := archsimd.LoadUint8x16((*[16]uint8)(s[i:])).ExtendLo8ToUint32().AsInt32x8().ConvertToFloat32()
+		if !raw {
+			f = f.Div(f255).Sub(mean).Div(std)
+		}
+		f.Store((*[8]float32)(d[i:]))
+	}
+	archsimd.ClearAVXUpperBits()
+	return i
 }

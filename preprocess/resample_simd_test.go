@@ -56,8 +56,7 @@ func TestSIMDMatchesPortable(t *testing.T) {
 				t.Fatalf("case %d: %dx%d bpp %d -> %+v: value %d: vector %v, portable %v", i, w, h, bpp, o, k, got[0].f32[k], got[1].f32[k])
 			}
 		}
-		// The horizontal pass alone, into bytes (uint8 output takes the portable
-		// vertical pass).
+		// Into bytes (vemitU8 against vrow).
 		var u [2][]byte
 		for v, on := range []bool{true, false} {
 			vectorKernels = on
