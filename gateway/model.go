@@ -51,8 +51,9 @@ type model struct {
 
 // modelImpl is the part of a model that depends on its input's element type.
 type modelImpl interface {
-	// samples returns n pooled samples; release them with sampleSet.release.
-	samples(n int) sampleSet
+	// samples returns n pooled samples, for images or for tensor data (see imageRowBytes);
+	// release them with sampleSet.release.
+	samples(n int, images bool) sampleSet
 	predict(priority int) (time.Duration, bool)
 	// warm runs every instance once at the full batch size, before the model takes traffic.
 	warm() error
@@ -64,9 +65,10 @@ type modelImpl interface {
 // sampleSet is one request's samples: an input row and a score row each.
 type sampleSet interface {
 	len() int
-	// decode preprocesses an encoded image into sample i's row.
+	// decode preprocesses an encoded image into sample i's row (samples for images).
 	decode(i int, img []byte) error
-	// tensorJSON fills every row from JSON tensor data (flat or nested numbers, row-major).
+	// tensorJSON fills every row from JSON tensor data (flat or nested numbers, row-major;
+	// samples for tensor data).
 	tensorJSON(data []byte) error
 	// tensorBinary fills every row from raw little-endian tensor data.
 	tensorBinary(raw []byte) error
@@ -159,8 +161,13 @@ func (m *model) admit(n int) error {
 
 func (m *model) unadmit(n int) { m.pending.Add(int64(-n)) }
 
-// rowBytes is the memory of one input row.
+// rowBytes is the memory of one input row of tensor data.
 func (m *model) rowBytes() int64 { return int64(m.rowLen * m.elemSize) }
+
+// imageRowBytes is the memory of one image's row until its batch runs: a byte per value
+// (a float32 model's image is kept as the bytes the resampler computes and expanded into the
+// input tensor by the run, bit for bit what decoding straight into float32 gives).
+func (m *model) imageRowBytes() int64 { return int64(m.rowLen) }
 
 // close stops taking requests, waits for those in flight (until ctx ends), runs what is
 // queued, stops the batcher and releases the runners and the metric series.
@@ -190,15 +197,19 @@ type typedModel[T Elem] struct {
 	m       *model
 	runners []Runner[T]
 	b       *batcher.Batcher[*job[T], struct{}]
-	jobs    sync.Pool
+	jobs    sync.Pool // jobs with a row of T: tensor data, and images of a uint8 model
+	images  sync.Pool // a float32 model's jobs for images: a row of bytes
 	sets    sync.Pool
 }
 
 // job is one sample's pooled memory: its input row and its scores. Both are fully written
 // before they are read (the row by a decode or a tensor fill, the scores by the run), so
-// nothing of an earlier request survives in them.
+// nothing of an earlier request survives in them. A float32 model's image is kept as bytes
+// (px, a quarter of the memory of a float32 row) and expanded into the input tensor when its
+// batch runs; row is nil then.
 type job[T Elem] struct {
 	row    []T
+	px     []uint8
 	scores []float32
 }
 
@@ -222,6 +233,11 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typ
 	m.classes, m.rowLen, m.instances = r0.Classes(), r0.RowLen(), len(runners)
 	t := &typedModel[T]{m: m, runners: runners}
 	t.jobs.New = func() any { return &job[T]{row: make([]T, m.rowLen), scores: make([]float32, m.classes)} }
+	if _, ok := any(*new(T)).(uint8); ok {
+		t.images.New = t.jobs.New
+	} else {
+		t.images.New = func() any { return &job[T]{px: make([]uint8, m.rowLen), scores: make([]float32, m.classes)} }
+	}
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
@@ -255,7 +271,13 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typ
 func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
 	r := t.runners[instance]
 	for i, j := range jobs {
-		copy(r.Input(i), j.row)
+		if j.px == nil {
+			copy(r.Input(i), j.row)
+			continue
+		}
+		if err := t.m.pre.Expand(any(r.Input(i)).([]float32), j.px); err != nil {
+			return err
+		}
 	}
 	var scores []float32
 	err := cpuBound(func() (err error) {
@@ -272,10 +294,14 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
 	return nil
 }
 
-func (t *typedModel[T]) samples(n int) sampleSet {
+func (t *typedModel[T]) samples(n int, images bool) sampleSet {
 	s := t.sets.Get().(*samplesOf[T])
+	s.pool = &t.jobs
+	if images {
+		s.pool = &t.images
+	}
 	for range n {
-		s.jobs = append(s.jobs, t.jobs.Get().(*job[T]))
+		s.jobs = append(s.jobs, s.pool.Get().(*job[T]))
 	}
 	return s
 }
@@ -297,6 +323,7 @@ func (t *typedModel[T]) close(ctx context.Context) error { return t.b.Close(ctx)
 // samplesOf is a request's samples for a model of element type T (pooled).
 type samplesOf[T Elem] struct {
 	t    *typedModel[T]
+	pool *sync.Pool // where jobs came from
 	jobs []*job[T]
 	errs []error
 }
@@ -304,6 +331,9 @@ type samplesOf[T Elem] struct {
 func (s *samplesOf[T]) len() int { return len(s.jobs) }
 
 func (s *samplesOf[T]) decode(i int, img []byte) error {
+	if px := s.jobs[i].px; px != nil {
+		return s.t.m.pre.ProcessUint8(img, px)
+	}
 	switch row := any(s.jobs[i].row).(type) {
 	case []float32:
 		return s.t.m.pre.Process(img, row)
@@ -362,9 +392,10 @@ func (s *samplesOf[T]) scores(i int) []float32 { return s.jobs[i].scores }
 
 func (s *samplesOf[T]) release() {
 	for i, j := range s.jobs {
-		s.t.jobs.Put(j)
+		s.pool.Put(j)
 		s.jobs[i] = nil
 	}
+	s.pool = nil
 	s.jobs = s.jobs[:0]
 	clear(s.errs)
 	s.errs = s.errs[:0]

@@ -261,15 +261,20 @@ func (r *request) expect(n int) error {
 	return nil
 }
 
-// rows takes the input rows of the admitted samples (memory budget, pooled jobs), once.
-func (r *request) rows() (sampleSet, error) {
+// rows takes the input rows of the admitted samples (memory budget, pooled jobs), once: rows
+// for encoded images or for tensor data (a request carries one or the other).
+func (r *request) rows(images bool) (sampleSet, error) {
 	if r.samples != nil {
 		return r.samples, nil
 	}
-	if err := r.reserve(int64(r.admitted) * r.m.rowBytes()); err != nil {
+	size := r.m.rowBytes()
+	if images {
+		size = r.m.imageRowBytes()
+	}
+	if err := r.reserve(int64(r.admitted) * size); err != nil {
 		return nil, err
 	}
-	r.samples = r.m.impl.samples(r.admitted)
+	r.samples = r.m.impl.samples(r.admitted, images)
 	return r.samples, nil
 }
 
@@ -301,7 +306,7 @@ func (r *request) decodeImage(i int, img []byte) error {
 		return err
 	}
 	// The rows are taken once a worker is: a request waiting for one holds only its body.
-	samples, err := r.rows()
+	samples, err := r.rows(true)
 	if err != nil {
 		s.gate.release(cost, heavy, 0)
 		return err

@@ -12,6 +12,7 @@ import (
 	"image"
 	"image/png"
 	"math"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type fakeRunner[T Elem] struct {
 	out                       []float32
 	gate                      chan struct{}
 	runs                      chan int // batch sizes, when set
+	rows                      chan []T // copies of the input rows of each run, when set
 	fail                      error
 }
 
@@ -61,6 +63,11 @@ func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
 	}
 	if f.fail != nil {
 		return nil, f.fail
+	}
+	if f.rows != nil {
+		for i := range n {
+			f.rows <- append([]T(nil), f.Input(i)...)
+		}
 	}
 	for i := range n {
 		sum := 0.0
@@ -508,6 +515,88 @@ func TestV2BinaryAndClassification(t *testing.T) {
 		r := ts.do("POST", "/v2/models/m.tensor/infer", "application/json", []byte(c.body))
 		if r.status != c.want {
 			t.Errorf("%.80s: %d %s, want %d", c.body, r.status, r.body, c.want)
+		}
+	}
+}
+
+// TestImageRowsReachTheTensor: a float32 model's images wait for their batch as bytes and are
+// expanded into the input tensor when it runs; what the model gets is, bit for bit, what
+// preprocessing straight into float32 gives. Tensor data still fills float32 rows, and a
+// uint8 model gets its bytes. Requests of each kind alternate on the same pools, and the
+// input tensor holds NaN before every run, so a value left unwritten shows.
+func TestImageRowsReachTheTensor(t *testing.T) {
+	f := newFake[float32](3*side*side, 3, 4)
+	f.rows = make(chan []float32, 16)
+	u := newFake[uint8](3*side*side, 3, 4)
+	u.rows = make(chan []uint8, 16)
+	norm := modelOpts("m", RunnersOf[float32]{f})
+	norm.Preprocess.Scale = preprocess.ScaleNormalized // ImageNet mean and std
+	ts := newTestServer(t, testOptions(), norm, modelOpts("bytes", RunnersOf[uint8]{u}))
+	for range 4 { // the warm-up runs, at the full batch size
+		<-f.rows
+		<-u.rows
+	}
+	pre, err := preprocess.New(norm.Preprocess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	noise := func(w, h int) []byte {
+		img := image.NewRGBA(image.Rect(0, 0, w, h))
+		for i := range img.Pix {
+			img.Pix[i] = uint8(rng.Uint32())
+		}
+		var b bytes.Buffer
+		if err := png.Encode(&b, img); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	poison := func() {
+		for i := range f.in {
+			f.in[i] = float32(math.NaN())
+		}
+	}
+	for round := range 3 {
+		poison()
+		img := noise(23+round, 17)
+		if r := ts.do("POST", "/models/m/predict", "image/png", img); r.status != 200 {
+			t.Fatalf("image: %d %s", r.status, r.body)
+		}
+		want := make([]float32, pre.SlotLen())
+		if err := pre.Process(img, want); err != nil {
+			t.Fatal(err)
+		}
+		got := <-f.rows
+		for k := range want {
+			if math.Float32bits(got[k]) != math.Float32bits(want[k]) {
+				t.Fatalf("round %d: image value %d reached the model as %v, preprocessing gives %v", round, k, got[k], want[k])
+			}
+		}
+		poison()
+		vals := make([]string, 3*side*side)
+		for i := range vals {
+			vals[i] = fmt.Sprint(float32(i*(round+1)) / 7)
+		}
+		body := `{"inputs":[{"name":"input","shape":[1,3,8,8],"datatype":"FP32","data":[` + strings.Join(vals, ",") + `]}]}`
+		if r := ts.do("POST", "/v2/models/m.tensor/infer", "application/json", []byte(body)); r.status != 200 {
+			t.Fatalf("tensor: %d %s", r.status, r.body)
+		}
+		got = <-f.rows
+		for i := range vals {
+			if want := float32(i*(round+1)) / 7; got[i] != want {
+				t.Fatalf("round %d: tensor value %d reached the model as %v, want %v", round, i, got[i], want)
+			}
+		}
+		if r := ts.do("POST", "/models/bytes/predict", "image/png", img); r.status != 200 {
+			t.Fatalf("uint8 model: %d %s", r.status, r.body)
+		}
+		wantU := make([]uint8, pre.SlotLen())
+		if err := pre.ProcessUint8(img, wantU); err != nil {
+			t.Fatal(err)
+		}
+		if gotU := <-u.rows; !bytes.Equal(gotU, wantU) {
+			t.Fatalf("round %d: the uint8 model got other bytes than preprocessing gives", round)
 		}
 	}
 }

@@ -273,7 +273,7 @@ func (a v2API) parseBody(r *request) error {
 		if err := r.expect(n); err != nil {
 			return err
 		}
-		samples, err := r.rows()
+		samples, err := r.rows(false)
 		if err != nil {
 			return err
 		}
