@@ -463,11 +463,31 @@ func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	if stream == nil {
 		return
 	}
-	n, err := io.CopyN(io.Discard, stream, s.opts.MaxBodyBytes+1)
-	if (err != nil && err != io.EOF) || n > s.opts.MaxBodyBytes {
+	buf := drainBufs.Get().(*[drainChunk]byte)
+	defer drainBufs.Put(buf)
+	var n int64
+	for n <= s.opts.MaxBodyBytes {
+		k, err := stream.Read(buf[:])
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			fc.SetConnectionClose()
+			return
+		}
+	}
+	if n > s.opts.MaxBodyBytes {
 		fc.SetConnectionClose()
 	}
 }
+
+// drainChunk is the read size of drainBody: a refused request's body arrives in reads of up
+// to this much (io.Discard's 8 KiB took 38 read calls for the article's 310 KB body; a
+// loopback segment is 64 KiB).
+const drainChunk = 64 << 10
+
+var drainBufs = sync.Pool{New: func() any { return new([drainChunk]byte) }}
 
 // bodyChunk is the first reservation for a body, and the smallest growth.
 const bodyChunk = 64 << 10

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -11,9 +12,11 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -668,5 +671,56 @@ func TestBufferPoolsDoNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%.1f allocations per take and give back", allocs)
+	}
+}
+
+// TestRefusedBodiesAreDrained: a request answered without its body being used (an unknown
+// model, a full queue) has its body read and dropped, so the connection serves the next
+// request; a body beyond max_body_bytes is not read, and its connection is closed after the
+// answer.
+func TestRefusedBodiesAreDrained(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	c, err := ts.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	body := bytes.Repeat([]byte("x"), 700<<10) // more than a few reads of drainChunk
+	br := bufio.NewReader(c)
+	read := func() *http.Response {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, path := range []string{"/models/nope/predict", "/nowhere"} {
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n", path, len(body))
+		go c.Write(body) // the answer may come before the body is all written
+		if r := read(); r.StatusCode != 404 || r.Close {
+			t.Fatalf("%s: %d, connection close %v", path, r.StatusCode, r.Close)
+		}
+		fmt.Fprintf(c, "GET /v2/health/ready HTTP/1.1\r\nHost: gw\r\n\r\n")
+		if r := read(); r.StatusCode != 200 {
+			t.Fatalf("the request after a refused body of %d bytes: %d", len(body), r.StatusCode)
+		}
+	}
+	// Chunked, past max_body_bytes: answered, then the connection closes.
+	fmt.Fprintf(c, "POST /models/nope/predict HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n")
+	go func() {
+		chunk := bytes.Repeat([]byte("y"), 256<<10)
+		for range 8 { // 2 MiB, max_body_bytes is 1 MiB
+			if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
+				return
+			}
+		}
+		fmt.Fprintf(c, "0\r\n\r\n")
+	}()
+	if r := read(); r.StatusCode != 404 || !r.Close {
+		t.Fatalf("oversize chunked body: %d, connection close %v", r.StatusCode, r.Close)
 	}
 }
