@@ -47,7 +47,7 @@ var metricHelp = map[string]string{
 	"gateway_inflight_bytes":                "Memory held by requests in flight: bodies, decode buffers, input rows.",
 	"gateway_inflight_bytes_limit":          "The memory budget (server.max_inflight_bytes).",
 	"gateway_inflight_requests":             "Inference requests being handled.",
-	"gateway_refusals_total":                "Requests refused at once, by stage: memory, decode_queue, deadline, connections.",
+	"gateway_refusals_total":                "Requests refused at once, by stage: queue, memory, decode_queue, deadline, connections.",
 	"gateway_connections":                   "Open client connections.",
 	"gateway_connections_idle":              "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
@@ -91,7 +91,7 @@ func (r *metricsRegistry) loadFailure(name string) {
 func newMetricsRegistry() *metricsRegistry {
 	r := &metricsRegistry{set: metrics.NewSet(), refusals: map[string]*metrics.Counter{}, models: map[string]*modelMetrics{}}
 	r.unknown = newRequestMetrics(r.set, `model="_unknown",version=""`)
-	for _, st := range []string{refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
+	for _, st := range []string{refuseQueue, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
 		r.refusals[st] = r.set.NewCounter(fmt.Sprintf(`gateway_refusals_total{stage=%q}`, st))
 	}
 	r.reloads = map[bool]*metrics.Counter{
@@ -104,6 +104,7 @@ func newMetricsRegistry() *metricsRegistry {
 
 // Stages at which a request is refused at once (gateway_refusals_total).
 const (
+	refuseQueue       = "queue" // the model's queue is full (batching.max_queue_size)
 	refuseMemory      = "memory"
 	refuseDecodeQueue = "decode_queue"
 	refuseDeadline    = "deadline"

@@ -223,6 +223,7 @@ func (s *Server) admit(r *request) error {
 	// The model's queue, without taking a place in it yet (the samples are admitted once the
 	// body is read: a slow client must not hold a place).
 	if p := r.m.pending.Load(); p >= r.m.queueCap {
+		s.met.refusals[refuseQueue].Inc()
 		return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, r.m.name, p)
 	}
 	// The deadline against the predicted wait: decode (queue and work, for a front end whose
@@ -244,6 +245,7 @@ func (s *Server) admit(r *request) error {
 // admitSamples counts n more samples of the request against its model's queue bound.
 func (r *request) admitSamples(n int) error {
 	if err := r.m.admit(n); err != nil {
+		r.s.met.refusals[refuseQueue].Inc()
 		return err
 	}
 	r.admitted += n

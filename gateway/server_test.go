@@ -408,6 +408,9 @@ func TestAdmission(t *testing.T) {
 	if v := ts.metric(`gateway_request_failures_total{model="m",version="1",reason="queue_full"}`); v != 1 {
 		t.Errorf("failures{queue_full} = %v", v)
 	}
+	if v := ts.metric(`gateway_refusals_total{stage="queue"}`); v != 1 {
+		t.Errorf(`refusals_total{stage="queue"} = %v`, v)
+	}
 	// A deadline shorter than the predicted run time, once runs have been measured: refused
 	// before its body is decoded.
 	f.gate = nil
