@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -204,6 +205,9 @@ func (s *Server) runPipeline(r *request) error {
 		return err
 	}
 	if err := r.samples.submit(r.rctx, r.priority); err != nil {
+		if errors.Is(err, batcher.ErrQueueFull) { // the batcher's own bound, also at once
+			s.met.refusals[refuseQueue].Inc()
+		}
 		return err
 	}
 	return r.fe.write(r)
@@ -465,16 +469,22 @@ func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	if stream == nil {
 		return
 	}
-	buf := drainBufs.Get().(*[drainChunk]byte)
-	defer drainBufs.Put(buf)
+	buf, put := drainBuffer()
+	defer put()
 	var n int64
+	empty := 0
 	for n <= s.opts.MaxBodyBytes {
-		k, err := stream.Read(buf[:])
+		k, err := stream.Read(buf)
 		n += int64(k)
 		if err == io.EOF {
 			break
 		}
-		if err != nil {
+		if k == 0 && err == nil {
+			empty++
+		} else {
+			empty = 0
+		}
+		if err != nil || empty >= 100 { // 100 empty reads: no progress (as bufio decides)
 			fc.SetConnectionClose()
 			return
 		}
@@ -484,12 +494,33 @@ func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	}
 }
 
-// drainChunk is the read size of drainBody: a refused request's body arrives in reads of up
-// to this much (io.Discard's 8 KiB took 38 read calls for the article's 310 KB body; a
-// loopback segment is 64 KiB).
-const drainChunk = 64 << 10
+// drainBody reads a refused body drainChunk at a time (io.Discard's 8 KiB took 38 read calls
+// for the article's 310 KB body; a loopback segment is 64 KiB). At most drainBig such buffers
+// are in use at once, 2 MiB (a slow client can hold one until the read timeout, and every
+// connection may be draining); beyond them a drain reads drainSmall at a time.
+const (
+	drainChunk = 64 << 10
+	drainSmall = 8 << 10
+	drainBig   = 32
+)
 
-var drainBufs = sync.Pool{New: func() any { return new([drainChunk]byte) }}
+var (
+	drainSlots     = make(chan struct{}, drainBig)
+	drainBigBufs   = sync.Pool{New: func() any { return new([drainChunk]byte) }}
+	drainSmallBufs = sync.Pool{New: func() any { return new([drainSmall]byte) }}
+)
+
+// drainBuffer returns a buffer for drainBody and the function that gives it back.
+func drainBuffer() ([]byte, func()) {
+	select {
+	case drainSlots <- struct{}{}:
+		b := drainBigBufs.Get().(*[drainChunk]byte)
+		return b[:], func() { drainBigBufs.Put(b); <-drainSlots }
+	default:
+		b := drainSmallBufs.Get().(*[drainSmall]byte)
+		return b[:], func() { drainSmallBufs.Put(b) }
+	}
+}
 
 // bodyChunk is the first reservation for a body, and the smallest growth.
 const bodyChunk = 64 << 10

@@ -678,11 +678,26 @@ func TestBufferPoolsDoNotAllocate(t *testing.T) {
 }
 
 // TestRefusedBodiesAreDrained: a request answered without its body being used (an unknown
-// model, a full queue) has its body read and dropped, so the connection serves the next
-// request; a body beyond max_body_bytes is not read, and its connection is closed after the
-// answer.
+// model or path) has its body read and dropped, so the connection serves the next request,
+// also while more drains are under way than there are large drain buffers; a body beyond
+// max_body_bytes is not read, and its connection is closed after the answer.
 func TestRefusedBodiesAreDrained(t *testing.T) {
 	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	// drainBig+8 slow clients, each stopped half way through a refused body: every large drain
+	// buffer is taken.
+	const slowHalf = 200 << 10
+	var slow []net.Conn
+	for range drainBig + 8 {
+		c, err := ts.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /models/nope/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n", 2*slowHalf)
+		go c.Write(bytes.Repeat([]byte("s"), slowHalf))
+		slow = append(slow, c)
+	}
+	waitUntil(t, func() bool { return len(drainSlots) == drainBig })
 	c, err := ts.ln.Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -725,5 +740,48 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 	}()
 	if r := read(); r.StatusCode != 404 || !r.Close {
 		t.Fatalf("oversize chunked body: %d, connection close %v", r.StatusCode, r.Close)
+	}
+	// The slow clients finish their bodies and are answered; their buffers come back.
+	for _, sc := range slow {
+		sc.SetDeadline(time.Now().Add(20 * time.Second))
+		go sc.Write(bytes.Repeat([]byte("s"), slowHalf))
+		if r, err := http.ReadResponse(bufio.NewReader(sc), nil); err != nil || r.StatusCode != 404 || r.Close {
+			t.Fatalf("a slow client's refused body: %v %v", r, err)
+		}
+	}
+	waitUntil(t, func() bool { return len(drainSlots) == 0 })
+}
+
+// TestQueuedImagesHoldBytes: a float32 model's queued image holds a byte per input value of
+// the memory budget (what it keeps until its batch runs), not four.
+func TestQueuedImagesHoldBytes(t *testing.T) {
+	const w = 64
+	rowLen := 3 * w * w
+	f := newFake[float32](rowLen, 3, 1)
+	mo := modelOpts("m", RunnersOf[float32]{f})
+	mo.Preprocess.Width, mo.Preprocess.Height, mo.Preprocess.Resize = w, w, w
+	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 4}
+	ts := newTestServer(t, testOptions(), mo)
+	f.gate = make(chan struct{})
+	img := solidPNG(t, 16, 16, 7)
+	base := ts.metric("gateway_inflight_bytes")
+	var wg sync.WaitGroup
+	for range 3 { // 1 running (held in Run) and 2 queued
+		wg.Go(func() {
+			if r := ts.do("POST", "/models/m/predict", "image/png", img); r.status != 200 {
+				t.Errorf("%d %s", r.status, r.body)
+			}
+		})
+	}
+	waitUntil(t, func() bool { return ts.metric(`gateway_pending_samples{model="m",version="1"}`) == 3 })
+	waitUntil(t, func() bool { return ts.metric("gateway_decode_busy") == 0 }) // decode buffers given back
+	held := int(ts.metric("gateway_inflight_bytes") - base)
+	for range 3 {
+		f.gate <- struct{}{}
+	}
+	wg.Wait()
+	// Each request holds its body (len(img)+1 bytes reserved) and its row.
+	if want := 3 * (len(img) + 1 + rowLen); held != want {
+		t.Fatalf("3 requests hold %d bytes of the budget, want %d (a byte per value of a %d-value row, and the body)", held, want, rowLen)
 	}
 }
