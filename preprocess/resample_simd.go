@@ -208,8 +208,9 @@ func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, 
 	load := func(o int) archsimd.Int32x8 {
 		return archsimd.LoadUint8x16((*[16]uint8)(first[o:])).ExtendLo8ToUint32().AsInt32x8()
 	}
+	bytesIdx, dwordIdx := narrow8Bytes, narrow8Dwords // locals: the globals once per row
 	store := func(x int, a archsimd.Int32x8) {
-		q := a.ShiftAllRight(precisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(narrow8Bytes).AsInt32x8().Permute(narrow8Dwords)
+		q := a.ShiftAllRight(precisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(bytesIdx).AsInt32x8().Permute(dwordIdx)
 		binary.LittleEndian.PutUint64(d[x:x+8], uint64(q.GetLo().AsInt64x2().GetElem(0)))
 	}
 	x := 0

@@ -314,7 +314,9 @@ func TestReloadChangesBatchSize(t *testing.T) {
 	if v := g.metric("gateway_max_batch_size", `model="m"`); v != 2 {
 		t.Fatalf("max batch size %v before", v)
 	}
-	os.WriteFile(cfgPath, []byte(repoConfig(t, repo.dir, "{max_batch_size: 8, max_queue_delay: 5ms}", "")), 0o644)
+	// A window long enough for 8 clients to fill batches above 2 whatever the decode speed (a
+	// race-instrumented server decodes an image in several milliseconds).
+	os.WriteFile(cfgPath, []byte(repoConfig(t, repo.dir, "{max_batch_size: 8, max_queue_delay: 50ms}", "")), 0o644)
 	g.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, func() bool { return g.metric("gateway_max_batch_size", `model="m"`) == 8 })
 	time.Sleep(500 * time.Millisecond)
