@@ -209,9 +209,15 @@ func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, 
 		return archsimd.LoadUint8x16((*[16]uint8)(first[o:])).ExtendLo8ToUint32().AsInt32x8()
 	}
 	bytesIdx, dwordIdx := narrow8Bytes, narrow8Dwords // locals: the globals once per row
+	// store writes the 8 bytes of a at d[x:]: one 16-byte store where the row has room (its
+	// upper 8 bytes are rewritten by the next columns), the low 8 bytes alone at the row's end.
 	store := func(x int, a archsimd.Int32x8) {
-		q := a.ShiftAllRight(precisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(bytesIdx).AsInt32x8().Permute(dwordIdx)
-		binary.LittleEndian.PutUint64(d[x:x+8], uint64(q.GetLo().AsInt64x2().GetElem(0)))
+		q := a.ShiftAllRight(precisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(bytesIdx).AsInt32x8().Permute(dwordIdx).GetLo()
+		if x+16 <= len(d) {
+			q.AsUint8x16().Store((*[16]uint8)(d[x:]))
+		} else {
+			binary.LittleEndian.PutUint64(d[x:x+8], uint64(q.AsInt64x2().GetElem(0)))
+		}
 	}
 	x := 0
 	switch len(k) {
