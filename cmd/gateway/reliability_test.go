@@ -462,9 +462,10 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 	}
 	sort.Strings(codes)
 	t.Logf("%s: capacity %.1f req/s at c=50; offered %.1f req/s for %v: goodput %.1f req/s (%.2f of capacity), success p50 %.0f ms p99 %.0f ms, "+
-		"refusals %d p50 %.1f ms p99 %.1f ms; codes %v, errors %v; RSS peak %s; health %d/%d worst %v",
+		"refusals %d p50 %.1f ms p99 %.1f ms; codes %v, errors %v; RSS peak %s; health %d/%d worst %v; client send delay p50 %.1f ms p99 %.1f ms",
 		name, capacity, factor*capacity, dur, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
-		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, codes, s.ErrorKinds, mib(peak), p.ok, p.checks, p.worst)
+		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, codes, s.ErrorKinds, mib(peak), p.ok, p.checks, p.worst,
+		s.SendDelay.P50, s.SendDelay.P99)
 	deadline := "default_timeout (30s)"
 	if timeoutMS > 0 {
 		deadline = fmt.Sprintf("X-Request-Timeout: %d ms", timeoutMS)
@@ -503,7 +504,16 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 		t.Errorf("refusals answered in %.1f ms at p99 (target <= 10 ms)", s.RefusalLatency.P99)
 	}
 	if !*longForm && s.Refused > 0 && s.RefusalLatency.P50 > s.SuccessLatency.P50 {
-		t.Errorf("refusals (p50 %.1f ms) are slower than successes (p50 %.1f ms): they waited in a queue", s.RefusalLatency.P50, s.SuccessLatency.P50)
+		// Latencies count from the intended send time: a client that cannot keep its schedule
+		// (this test's own process, race-instrumented, sharing 2 CPUs with other packages'
+		// tests under make test) adds its lag to both, and their order then says nothing about
+		// the server.
+		if s.SendDelay.P50 > 50 {
+			t.Logf("refusals p50 %.1f ms, successes p50 %.1f ms, not compared: the client sent %.0f ms late at p50",
+				s.RefusalLatency.P50, s.SuccessLatency.P50, s.SendDelay.P50)
+		} else {
+			t.Errorf("refusals (p50 %.1f ms) are slower than successes (p50 %.1f ms): they waited in a queue", s.RefusalLatency.P50, s.SuccessLatency.P50)
+		}
 	}
 }
 
