@@ -252,14 +252,8 @@ func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, 
 		}
 	}
 	archsimd.ClearAVXUpperBits()
-	for ; x < W; x++ {
-		a := half
-		o := x
-		for _, w := range k {
-			a += int32(first[o]) * w
-			o += stride
-		}
-		d[x] = clip8(a)
+	if x < W {
+		vrow(d[x:], first[x:], stride, k) // the last columns, with the portable kernel
 	}
 }
 
