@@ -373,7 +373,18 @@ func TestManyReloadsLeakNothing(t *testing.T) {
 	goAfter := g.metric("go_goroutines", "")
 	t.Logf("50 reloads: RSS %s -> %s (%.2fx), goroutines %v -> %v", mib(rssBefore), mib(rssAfter), float64(rssAfter)/float64(rssBefore), goBefore, goAfter)
 	if float64(rssAfter) > 1.2*float64(rssBefore) {
-		t.Errorf("RSS grew from %s to %s over 50 reloads", mib(rssBefore), mib(rssAfter))
+		// The allocators' footprint wanders: with no leak, settled RSS went up and down
+		// between 72 and 92 MiB over 200 reloads of this config, and one CI run saw 1.25x
+		// here. A leak grows without end: it grows again, by twice as much, over 100 more
+		// reloads; the allocators' wander does not.
+		for i := 61; i <= 160; i++ {
+			reload(i)
+		}
+		rssLater := settled()
+		t.Logf("100 more reloads: RSS %s -> %s", mib(rssAfter), mib(rssLater))
+		if rssLater-rssAfter >= rssAfter-rssBefore {
+			t.Errorf("RSS grew from %s to %s over 50 reloads and to %s over 100 more", mib(rssBefore), mib(rssAfter), mib(rssLater))
+		}
 	}
 	if goAfter > goBefore+5 {
 		t.Errorf("goroutines grew from %v to %v over 50 reloads", goBefore, goAfter)
