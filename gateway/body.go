@@ -151,9 +151,14 @@ func (p *jsonScanner) str() ([]byte, bool, error) {
 	esc := false
 	b := p.b
 	for i := p.i; i < len(b); i++ {
-		// Skip plain string bytes eight at a time (the image is ~all of them).
-		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
+		// Skip plain string bytes eight at a time, and once 64 of them were plain, 64 at a
+		// time with AVX2 (the image is ~all of them; a string with an escape every few
+		// bytes never pays for the vector setup).
+		for n := 0; i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])); n++ {
 			i += 8
+			if n == 7 {
+				i += plainPrefix(b[i:])
+			}
 		}
 		if i >= len(b) {
 			break
