@@ -3,18 +3,23 @@
 package gateway
 
 import (
+	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // goneWatcher notices clients that close their connection while their request waits in a
 // queue, so the request is dropped before it runs (its context is cancelled and the batcher
-// removes it). One goroutine polls every registered connection for POLLRDHUP (the peer closed
-// or shut down its sending side) every interval, and only while some request is waiting.
+// removes it). Each waiting request's connection is registered, for EPOLLRDHUP only (the peer
+// closed or shut down its sending side; a reset comes as EPOLLHUP/EPOLLERR), in an epoll set
+// of the watcher's own, beside Go's poller; one goroutine waits on it. The cost is two
+// epoll_ctl calls a request and nothing while no client leaves. (It polled every registered
+// connection every 5 ms before: at 4x overload, ~300 connections wait, and that poll was 1.5 %
+// of the machine's CPU.)
 //
 // What is detected: a TCP client that closes its connection (or half-closes it with
 // shutdown(SHUT_WR)) while its request is queued or being decoded. What is not: a client that
@@ -22,30 +27,41 @@ import (
 // notice it), connections that are not plain *net.TCPConn (TLS, unix sockets), and a client
 // gone after its request was taken into a batch (the batch runs; the answer is discarded).
 type goneWatcher struct {
-	interval time.Duration
-	mu       sync.Mutex
-	waiters  map[int]*goneWaiter // by fd
-	wake     chan struct{}
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-	pollfds  []unix.PollFd
-	polled   []*goneWaiter // the waiter of each pollfds entry when the snapshot was taken
+	epfd, stopfd int // the epoll set; an eventfd in it that stops the loop
+	mu           sync.Mutex
+	waiters      map[int]*goneWaiter // by fd
+	gen          uint32              // registrations so far: tells an fd's waiters apart
+	stopOnce     sync.Once
+	done         chan struct{}
+	events       atomic.Int64 // connection events seen (tests: none repeats)
 }
 
 type goneWaiter struct {
 	fd     int
+	gen    uint32
 	cancel func()
 }
 
-func newGoneWatcher(interval time.Duration) *goneWatcher {
-	w := &goneWatcher{
-		interval: interval,
-		waiters:  map[int]*goneWaiter{},
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+// newGoneWatcher returns a watcher, or one that watches nothing where the kernel refuses an
+// epoll set or an eventfd (requests of clients that went away are then bounded by their
+// deadline).
+func newGoneWatcher() *goneWatcher {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil
 	}
+	stopfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(stopfd)}
+	if unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, stopfd, &ev) != nil {
+		unix.Close(epfd)
+		unix.Close(stopfd)
+		return nil
+	}
+	w := &goneWatcher{epfd: epfd, stopfd: stopfd, waiters: map[int]*goneWaiter{}, done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -66,18 +82,28 @@ func (w *goneWatcher) watch(conn net.Conn, cancel func()) (release func()) {
 	if fd < 0 {
 		return func() {}
 	}
-	wt := &goneWaiter{fd: fd, cancel: cancel}
+	// The fd stays open while it is registered: a handler releases before it returns, and
+	// fasthttp closes a connection only after its handler returned. Registration and removal
+	// happen under mu, so an event is acted on only for the registration it was raised for
+	// (the generation in its data), even after the fd was released and registered again.
 	w.mu.Lock()
-	w.waiters[fd] = wt
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	defer w.mu.Unlock()
+	w.gen++
+	wt := &goneWaiter{fd: fd, gen: w.gen, cancel: cancel}
+	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP, Fd: int32(fd), Pad: int32(wt.gen)}
+	err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+	if errors.Is(err, unix.EEXIST) { // left by a registration that could not be removed
+		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
 	}
+	if err != nil {
+		return func() {}
+	}
+	w.waiters[fd] = wt
 	return func() {
 		w.mu.Lock()
 		if w.waiters[fd] == wt {
 			delete(w.waiters, fd)
+			unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 		}
 		w.mu.Unlock()
 	}
@@ -85,61 +111,36 @@ func (w *goneWatcher) watch(conn net.Conn, cancel func()) (release func()) {
 
 func (w *goneWatcher) loop() {
 	defer close(w.done)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
+	events := make([]unix.EpollEvent, 64)
+	var gone []*goneWaiter
 	for {
-		w.mu.Lock()
-		n := len(w.waiters)
-		w.mu.Unlock()
-		if n == 0 {
-			select {
-			case <-w.wake:
-			case <-w.stop:
-				return
+		n, err := unix.EpollWait(w.epfd, events, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
 			}
-		}
-		select {
-		case <-t.C:
-		case <-w.stop:
 			return
 		}
-		w.poll()
-	}
-}
-
-func (w *goneWatcher) poll() {
-	w.mu.Lock()
-	w.pollfds, w.polled = w.pollfds[:0], w.polled[:0]
-	for fd, wt := range w.waiters {
-		w.pollfds = append(w.pollfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLRDHUP})
-		w.polled = append(w.polled, wt)
-	}
-	w.mu.Unlock()
-	if len(w.pollfds) == 0 {
-		return
-	}
-	// The fds stay open while they are registered: a handler unregisters before it returns,
-	// and fasthttp closes a connection only after its handler returned. An fd unregistered
-	// (and even reused by a new registration) during this poll is acted on only if the same
-	// waiter still holds it.
-	n, err := unix.Poll(w.pollfds, 0)
-	if err != nil || n == 0 {
-		return
-	}
-	var gone []*goneWaiter
-	w.mu.Lock()
-	for i, p := range w.pollfds {
-		if p.Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
-			if wt := w.waiters[int(p.Fd)]; wt != nil && wt == w.polled[i] {
-				delete(w.waiters, int(p.Fd))
+		w.mu.Lock()
+		for _, ev := range events[:n] {
+			fd := int(ev.Fd)
+			if fd == w.stopfd {
+				w.mu.Unlock()
+				return
+			}
+			w.events.Add(1)
+			if wt := w.waiters[fd]; wt != nil && wt.gen == uint32(ev.Pad) {
+				delete(w.waiters, fd)
+				unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 				gone = append(gone, wt)
 			}
 		}
-	}
-	clear(w.polled)
-	w.mu.Unlock()
-	for _, wt := range gone {
-		wt.cancel()
+		w.mu.Unlock()
+		for i, wt := range gone {
+			wt.cancel()
+			gone[i] = nil
+		}
+		gone = gone[:0]
 	}
 }
 
@@ -147,6 +148,10 @@ func (w *goneWatcher) close() {
 	if w == nil {
 		return
 	}
-	w.stopOnce.Do(func() { close(w.stop) })
-	<-w.done
+	w.stopOnce.Do(func() {
+		unix.Write(w.stopfd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		<-w.done
+		unix.Close(w.epfd)
+		unix.Close(w.stopfd)
+	})
 }

@@ -2,16 +2,13 @@
 
 package gateway
 
-import (
-	"net"
-	"time"
-)
+import "net"
 
-// goneWatcher detects nothing outside Linux (it relies on POLLRDHUP); requests of clients
+// goneWatcher detects nothing outside Linux (it relies on epoll's EPOLLRDHUP); requests of clients
 // that went away are still bounded by their deadline.
 type goneWatcher struct{}
 
-func newGoneWatcher(time.Duration) *goneWatcher { return &goneWatcher{} }
+func newGoneWatcher() *goneWatcher { return &goneWatcher{} }
 
 func (w *goneWatcher) watch(net.Conn, func()) func() { return func() {} }
 

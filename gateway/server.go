@@ -74,7 +74,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		log:        opts.Log,
 		met:        newMetricsRegistry(),
 		mem:        newBudget(opts.MaxInflightBytes),
-		gone:       newGoneWatcher(5 * time.Millisecond),
+		gone:       newGoneWatcher(),
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,
 	}
