@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -221,22 +220,6 @@ func setProcs(cfg *configs.Config, log *slog.Logger) {
 	n = min(n, 4*base)
 	runtime.GOMAXPROCS(n)
 	log.Debug("GOMAXPROCS", "cpus", base, "procs", n)
-}
-
-// gcPercent is the gateway's GOGC unless the environment sets one. The heap is mostly pooled
-// request buffers (bodies, images, tensor rows) reused from request to request, so little is
-// allocated (at c=50 on the article's payload, GOGC 100 ran one GC in 15 s) and Go's default
-// lets the heap grow to twice what is live before collecting: peak RSS over the benchmark's
-// sequence of runs was 160-192 MB with GOGC 100 and 144-159 with 25, for the same throughput.
-const gcPercent = 25
-
-// setGC sets GOGC to gcPercent unless the environment sets GOGC or GOMEMLIMIT.
-func setGC(log *slog.Logger) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
-		return
-	}
-	debug.SetGCPercent(gcPercent)
-	log.Debug("GOGC", "percent", gcPercent)
 }
 
 // adminToken reads the admin bearer token from its file ("" when none is configured).
