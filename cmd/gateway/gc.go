@@ -25,9 +25,14 @@ import (
 const (
 	gcPercent    = 25
 	gcHeadroom   = 16 << 20
-	gcPercentMax = 800
-	gcInterval   = 250 * time.Millisecond
+	gcPercentMax = 400
+	gcInterval   = 100 * time.Millisecond
 )
+
+// Between two readings GOGC is stale: a GC that ends while the live heap has just grown sets
+// its next goal with the GOGC chosen for a smaller heap, until the next reading lowers it. The
+// excess is what the server allocates in one gcInterval (tens of MB at hundreds of requests a
+// second), and gcPercentMax bounds the goal at 5x what is live even then.
 
 // gcPercentFor is the GOGC that keeps gcHeadroom above a live heap of live bytes.
 func gcPercentFor(live uint64) int {

@@ -12,7 +12,8 @@ func TestGCPercentFor(t *testing.T) {
 	}{
 		{0, gcPercentMax},
 		{1 * mb, gcPercentMax}, // 1600 % would be the headroom; bounded
-		{2 * mb, 800},
+		{2 * mb, gcPercentMax},
+		{4 * mb, 400},
 		{8 * mb, 200},
 		{16 * mb, 100},
 		{30 * mb, 54},
@@ -22,7 +23,7 @@ func TestGCPercentFor(t *testing.T) {
 		if got := gcPercentFor(c.live); got != c.want {
 			t.Errorf("live %d MiB: GOGC %d, want %d", c.live/mb, got, c.want)
 		}
-		if c.live >= 2*mb && c.live <= 64*mb {
+		if c.live >= 4*mb && c.live <= 64*mb {
 			if room := c.live * uint64(gcPercentFor(c.live)) / 100; room < gcHeadroom {
 				t.Errorf("live %d MiB: headroom %d MiB", c.live/mb, room/mb)
 			}
