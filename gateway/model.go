@@ -241,15 +241,6 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typ
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
-	if bc.MaxQueueSize > 0 {
-		// The gateway admits max_queue_size samples beyond those running (m.queueCap) and is
-		// the bound; the batcher's queue also holds, for a moment, samples that an idle
-		// instance is about to take, so its own bound (a safety net) counts them too. With
-		// max_queue_size alone, a burst that arrived before the batch loop took the first
-		// sample saw the batcher refuse a sample the gateway had admitted (TestAdmission, 1
-		// run in a few hundred).
-		bc.MaxQueueSize += m.maxBatch * m.instances
-	}
 	hooks := batcher.Hooks{
 		QueueWait: func(d time.Duration) { m.met.queueWait.Update(d.Seconds()) },
 		Batch: func(_, size int, run time.Duration, err error) {
