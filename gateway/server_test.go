@@ -385,11 +385,20 @@ func TestAdmission(t *testing.T) {
 	ts := newTestServer(t, o, mo)
 	f.gate = make(chan struct{})
 	img := solidPNG(t, 16, 16, 7)
-	// 1 running (blocked in Run) + 2 queued fill the model: max_queue_size plus a batch.
+	// 1 running (blocked in Run) + 2 queued fill the model: max_queue_size plus a batch. The
+	// first is running before the others are sent: until the batch loop takes it, it is one
+	// of the queue's 2 places, and the batcher refuses the third (1 run in 10-55 did so when
+	// all three were sent at once).
 	var wg sync.WaitGroup
 	results := make([]reply, 3)
 	for i := range results {
 		wg.Go(func() { results[i] = ts.do("POST", "/predict/", "image/png", img) })
+		if i == 0 {
+			waitUntil(t, func() bool {
+				return ts.metric(`gateway_pending_samples{model="m",version="1"}`) == 1 &&
+					ts.metric(`gateway_queue_length{model="m",version="1"}`) == 0
+			})
+		}
 	}
 	waitUntil(t, func() bool { return ts.metric(`gateway_pending_samples{model="m",version="1"}`) == 3 })
 	r := ts.do("POST", "/predict/", "image/png", img)
