@@ -4,6 +4,7 @@ package preprocess
 #cgo LDFLAGS: -ljpeg
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <setjmp.h>
 #include <malloc.h>
 #include <jpeglib.h>
@@ -120,17 +121,20 @@ static int ig_jpeg_calc(igjpeg *g, int num, int gray, int cmyk, int *out) {
 	return 0;
 }
 
+static int ig_jpeg_has_eoi(igjpeg *g);
+
 // ig_jpeg_decode decodes at scale num/8, as RGB, grayscale or CMYK (gray,
 // cmyk), only the window the resampler reads: columns from *x0 for *cw pixels
 // (libjpeg rounds *x0 down to an iMCU column; both return what it kept), rows
 // [y0, y1) into dst (rows of pitch bytes). Rows above the window are skipped
 // (entropy-decoded, not transformed) up to one iMCU row before it, which is
 // decoded and dropped so that the context rows fancy upsampling reads are the
-// real ones; rows below it are skipped up to the last one, which is decoded
-// and dropped, so that every byte of the scans is still entropy-decoded and
-// data cut short is noticed (skipping to the bottom would mark the end of the
-// image without reading it). -1 on error; *rows counts the window's rows
-// written, *ow and *oh are the full output size.
+// real ones. Rows below it are not decoded at all: a single-scan file's
+// entropy-coded data is read only as far as the window's last iMCU row, and
+// data cut short is noticed by the end-of-image marker the rest of the data
+// must hold (ig_jpeg_has_eoi; g->truncated when it does not); a multi-scan
+// file was read whole by jpeg_start_decompress. -1 on error; *rows counts the
+// window's rows written, *ow and *oh are the full output size.
 static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char *dst, long pitch,
 		int *x0, int *cw, int y0, int y1, int *rows, int *ow, int *oh) {
 	*rows = 0;
@@ -169,15 +173,43 @@ static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char 
 		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) return 0;
 		*rows = (int)g->d.output_scanline - y0;
 	}
-	JDIMENSION rest = g->d.output_height - g->d.output_scanline;
-	if (rest > 1) jpeg_skip_scanlines(&g->d, rest - 1);
-	while (g->d.output_scanline < g->d.output_height)
-		if (jpeg_read_scanlines(&g->d, drop, 1) == 0) return 0;
 	if (g->measure) { // before jpeg_finish_decompress frees the image's memory
 		struct mallinfo2 m = mallinfo2();
 		g->in_use = m.uordblks + m.hblkhd;
 	}
+	if (g->d.output_scanline < g->d.output_height) {
+		// The rows below the window are not decoded: nothing of them is used, and
+		// their entropy decoding is 6 % of the article's photo's, 21 % of a photo
+		// stored portrait and shown landscape. The data must still hold an
+		// end-of-image marker (a file cut short does not).
+		if (!ig_jpeg_has_eoi(g)) {
+			if (g->warnings++ == 0)
+				snprintf(g->msg, sizeof g->msg, "the data ends without an end-of-image marker");
+			g->truncated = 1;
+		}
+		jpeg_abort_decompress(&g->d);
+		return 0;
+	}
 	jpeg_finish_decompress(&g->d); // reads to EOI
+	return 0;
+}
+
+// ig_jpeg_has_eoi tells whether the data not yet decoded holds the end-of-image
+// marker: libjpeg read the whole file (a multi-scan one), or its entropy decoder
+// stopped at the marker (unread_marker), or the bytes it has not read contain
+// FF D9. Entropy-coded data cannot hold FF D9 (an FF there is followed by 00 or
+// a restart marker), so the marker is the file's own, or one past its end.
+static int ig_jpeg_has_eoi(igjpeg *g) {
+	if (jpeg_input_complete(&g->d) || g->d.unread_marker == 0xD9) return 1;
+	const unsigned char *p = g->d.src->next_input_byte;
+	size_t n = g->d.src->bytes_in_buffer;
+	while (n >= 2) {
+		const unsigned char *ff = memchr(p, 0xFF, n - 1);
+		if (ff == NULL) return 0;
+		if (ff[1] == 0xD9) return 1;
+		n -= (size_t)(ff + 1 - p);
+		p = ff + 1;
+	}
 	return 0;
 }
 */

@@ -2,9 +2,11 @@ package preprocess
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -166,5 +168,68 @@ func TestJPEGWindowIsSmaller(t *testing.T) {
 		pl.w, pl.h, pl.num, pl.sw, pl.sh, w.x0, w.cw, w.y0, w.y1, 100*float64(w.cw*(w.y1-w.y0))/float64(pl.sw*pl.sh))
 	if w.cw >= pl.sw || w.y1-w.y0 >= pl.sh {
 		t.Errorf("window %+v is not smaller than the %dx%d image", w, pl.sw, pl.sh)
+	}
+}
+
+// TestJPEGRowsBelowWindowNotDecoded: the entropy-coded data of the rows below
+// the window is not decoded, and a file cut short is still refused. The
+// article's photo, cut at points through its scan:
+//   - as cut, it is refused as truncated, wherever the cut falls (its data no
+//     longer reaches an end-of-image marker);
+//   - with an end-of-image marker put back, it decodes to exactly the intact
+//     file's slot when the cut falls below the window, and is refused as
+//     truncated when the cut falls inside it (the decoder meets the marker
+//     before the window's last row); the whole decode refuses it.
+func TestJPEGRowsBelowWindowNotDecoded(t *testing.T) {
+	data := seedJPEG(t)
+	if !bytes.HasSuffix(data, []byte{0xFF, 0xD9}) {
+		t.Fatal("the article's photo does not end with an end-of-image marker")
+	}
+	sos := bytes.Index(data, []byte{0xFF, 0xDA})
+	if sos < 0 {
+		t.Fatal("no start-of-scan marker")
+	}
+	scan := sos + 2 + (int(data[sos+2])<<8 | int(data[sos+3])) // the entropy-coded data starts here
+	end := len(data) - 2
+	p, whole := mustNew(t, Options{Layout: NHWC}), mustNew(t, Options{Layout: NHWC})
+	whole.noWindow = true
+	want := make([]byte, p.SlotLen())
+	if err := p.ProcessUint8(data, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, p.SlotLen())
+	sealedOK, sealedRefused := 0, 0
+	for _, f := range []float64{0.9995, 0.998, 0.99, 0.98, 0.97, 0.96, 0.9, 0.7, 0.5, 0.2, 0.01} {
+		k := scan + int(f*float64(end-scan))
+		for _, cut := range [][]byte{data[:k], data[:len(data)-1], data[:len(data)-2]} {
+			err := p.ProcessUint8(cut, got)
+			if !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "truncated") {
+				t.Fatalf("cut at %d of %d bytes: %v, want a refusal as truncated", len(cut), len(data), err)
+			}
+		}
+		sealed := append(bytes.Clone(data[:k]), 0xFF, 0xD9)
+		err := p.ProcessUint8(sealed, got)
+		switch {
+		case err == nil:
+			if !bytes.Equal(got, want) {
+				m, x := diff(got, want)
+				t.Fatalf("cut at %.2f %% of the scan, marker put back: decodes, but not to the intact file's slot (mean %.5f max %.4f)", 100*f, m, x)
+			}
+			sealedOK++
+			if sealedRefused > 0 {
+				t.Errorf("cut at %.2f %% of the scan, marker put back: decodes, but a cut further in was refused", 100*f)
+			}
+			if err := whole.ProcessUint8(sealed, got); !errors.Is(err, ErrBadImage) {
+				t.Errorf("cut at %.2f %% of the scan, marker put back: the whole decode gives %v, want a refusal", 100*f, err)
+			}
+		case errors.Is(err, ErrBadImage) && strings.Contains(err.Error(), "truncated"):
+			sealedRefused++
+		default:
+			t.Fatalf("cut at %.2f %% of the scan, marker put back: %v", 100*f, err)
+		}
+	}
+	t.Logf("marker put back: %d cuts below the window decoded, %d inside it refused", sealedOK, sealedRefused)
+	if sealedOK == 0 || sealedRefused == 0 {
+		t.Errorf("want cuts both below the window (decoded) and inside it (refused): %d and %d", sealedOK, sealedRefused)
 	}
 }
