@@ -89,9 +89,10 @@ func New(opts Options, repo Repository) (*Server, error) {
 	s.registerServerMetrics()
 	overflow := overflowConns(opts.MaxConnections)
 	s.srv = &fasthttp.Server{
-		Handler:      s.handle,
-		ErrorHandler: s.handleParseError,
-		Name:         "imagegate",
+		Handler:       s.handle,
+		ErrorHandler:  s.handleParseError,
+		ExpectHandler: s.expectContinue,
+		Name:          "imagegate",
 		// Bodies are streamed: the pipeline reads them into budgeted memory as they arrive
 		// (fasthttp would otherwise allocate a declared length up front). The limit here is
 		// checked again by the pipeline, which answers 413 itself.
@@ -379,7 +380,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.drainBody(ctx)
 		ctx.SetConnectionClose()
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)
-		writeError(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf("the server has %d connections open (server.max_connections); try again", s.opts.MaxConnections))
+		writeError(ctx, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
 		return
 	}
 	switch {
@@ -387,8 +388,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		m, err := s.lookup(s.models.Load().first, "")
 		if err != nil {
 			s.drainBody(ctx)
-			ctx.Response.Header.Set("Retry-After", s.retryAfter)
-			writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is being served (the server is starting or draining)")
+			s.noModel(ctx)
 			return
 		}
 		defer m.done()
@@ -445,15 +445,32 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// overflowMessage is the refusal over server.max_connections.
+func overflowMessage(max int) string {
+	return fmt.Sprintf("the server has %d connections open (server.max_connections); try again", max)
+}
+
 // isHealthPath: the paths served even over the connection limit.
 func isHealthPath(p string) bool {
 	return p == "/" || p == "/metrics" || strings.HasPrefix(p, "/v2/health/") || strings.HasSuffix(p, "/ready")
+}
+
+// noModel answers /predict/ when no model is served.
+func (s *Server) noModel(ctx *fasthttp.RequestCtx) int {
+	ctx.Response.Header.Set("Retry-After", s.retryAfter)
+	writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is being served (the server is starting or draining)")
+	return fasthttp.StatusServiceUnavailable
 }
 
 // lookupFailed answers a request for a model that is not served: 404, or 503 with
 // Retry-After while the server drains. Inference requests are counted (on model "_unknown").
 func (s *Server) lookupFailed(ctx *fasthttp.RequestCtx, err error, inference bool) {
 	s.drainBody(ctx)
+	s.lookupAnswer(ctx, err, inference)
+}
+
+// lookupAnswer writes lookupFailed's answer (the body is the caller's) and returns its status.
+func (s *Server) lookupAnswer(ctx *fasthttp.RequestCtx, err error, inference bool) int {
 	status, reason := s.classify(err)
 	if inference {
 		s.met.unknown.observe(status, reason, 0)
@@ -462,6 +479,7 @@ func (s *Server) lookupFailed(ctx *fasthttp.RequestCtx, err error, inference boo
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)
 	}
 	writeError(ctx, status, err.Error())
+	return status
 }
 
 func (s *Server) notFound(ctx *fasthttp.RequestCtx, path string) {

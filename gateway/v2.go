@@ -70,20 +70,28 @@ func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 	}
 }
 
-// handleV2Model serves /v2/models/{name}[/versions/{v}][/ready|/infer].
-func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool) {
-	name, tail, _ := strings.Cut(rest, "/")
-	version := ""
-	if v, ok := strings.CutPrefix(tail, "versions/"); ok {
+// v2ModelPath splits what follows /v2/models/: {name}[.tensor][/versions/{v}][/{tail}]. ok is
+// false for an empty version.
+func v2ModelPath(rest string) (name, version, tail string, tensorOnly, ok bool) {
+	name, tail, _ = strings.Cut(rest, "/")
+	if v, found := strings.CutPrefix(tail, "versions/"); found {
 		version, tail, _ = strings.Cut(v, "/")
 		if version == "" {
-			s.notFound(ctx, "/v2/models/"+rest)
-			return
+			return "", "", "", false, false
 		}
 	}
-	tensorOnly := false
-	if base, ok := strings.CutSuffix(name, tensorSuffix); ok {
+	if base, found := strings.CutSuffix(name, tensorSuffix); found {
 		name, tensorOnly = base, true
+	}
+	return name, version, tail, tensorOnly, true
+}
+
+// handleV2Model serves /v2/models/{name}[/versions/{v}][/ready|/infer].
+func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool) {
+	name, version, tail, tensorOnly, ok := v2ModelPath(rest)
+	if !ok {
+		s.notFound(ctx, "/v2/models/"+rest)
+		return
 	}
 	m, err := s.lookup(name, version)
 	if err != nil {

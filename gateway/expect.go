@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// expectContinue decides a request that sent "Expect: 100-continue", before its body comes
+// (fasthttp's ExpectHandler: the header has been read, nothing of the body). A request that
+// handle would refuse on its header alone gets that answer now, so that its client does not
+// upload the body: over server.max_connections, an unknown model, a body declared over
+// server.max_body_bytes, a full queue, a deadline it cannot meet, the shutdown. The answer,
+// its metrics and its reason are the ones handle would give; fasthttp closes the connection
+// after it (a client may have started the body without waiting). Every other request gets
+// "100 Continue" and goes through handle, which checks it again once the body is read.
+func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
+	path := string(fc.Path())
+	if c, ok := fc.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
+		s.met.refusals[refuseConnections].Inc()
+		fc.Response.Header.Set("Retry-After", s.retryAfter)
+		writeError(fc, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
+		return fasthttp.StatusServiceUnavailable
+	}
+	if !fc.IsPost() {
+		return fasthttp.StatusContinue
+	}
+	var name, version string
+	var fe frontEnd
+	predictDefault := path == "/predict/" || path == "/predict"
+	switch {
+	case predictDefault:
+		name, fe = s.models.Load().first, predictAPI{}
+	case strings.HasPrefix(path, "/models/"):
+		n, tail, _ := strings.Cut(path[len("/models/"):], "/")
+		if tail != "predict" && tail != "predict/" {
+			return fasthttp.StatusContinue
+		}
+		name, fe = n, predictAPI{}
+	case strings.HasPrefix(path, "/v2/models/"):
+		n, v, tail, tensorOnly, ok := v2ModelPath(path[len("/v2/models/"):])
+		if !ok || tail != "infer" {
+			return fasthttp.StatusContinue
+		}
+		name, version, fe = n, v, v2API{tensorOnly: tensorOnly}
+	default:
+		return fasthttp.StatusContinue
+	}
+	m, err := s.lookup(name, version)
+	switch {
+	case err != nil && predictDefault:
+		return s.noModel(fc)
+	case err != nil:
+		return s.lookupAnswer(fc, err, true)
+	}
+	defer m.done()
+	r := requestPool.Get().(*request)
+	defer func() {
+		r.reset()
+		requestPool.Put(r)
+	}()
+	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
+	err = s.admit(r)
+	if err == nil {
+		return fasthttp.StatusContinue
+	}
+	status, reason := s.fail(r, err)
+	m.met.req.observe(status, reason, time.Since(r.start))
+	return status
+}
