@@ -7,6 +7,7 @@
 #   3. the in-process ceiling: our decode + preprocess + inference path, no HTTP (bench/ceiling)
 #   4. the gateway with batching off (max_batch_size: 1)
 #   5. the gateway with its shipped configuration (configs/gateway.yaml)
+#   6. the Node.js service and the shipped configuration again, interleaved round by round
 # each warmed up, then RUNS runs of `ab -n N -c 50` and of `loadtest -n N -c 50`; medians. In
 # each run of the shipped configuration, the same image also goes through the Open Inference
 # Protocol with binary tensor data (`loadtest -protocol v2 -binary`), beside the article's API.
@@ -169,6 +170,31 @@ stop
 
 CEILING=$(median <"$WORK/ceiling")
 
+# Node.js and the shipped config interleaved: both servers up (on two ports), then rounds of
+# ab against one and the other, so that both see the same state of a shared machine (above,
+# minutes apart, they do not: the same binary's throughput drifts 10-25 % between runs).
+: >"$WORK/interleaved"
+if [ "$PEERS" = 1 ]; then
+  log "Node.js and the shipped config, interleaved"
+  NPORT=$((PORT + 1))
+  (cd bench/node_service && setsid env PORT=$NPORT WORKERS="$(nproc)" node server.js >"$WORK/inode.log" 2>&1 </dev/null &)
+  start interleaved bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
+  NURL="http://127.0.0.1:$NPORT/predict/"
+  for _ in $(seq 1 3000); do
+    curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "$NURL" 2>/dev/null && break
+    sleep 0.01
+  done
+  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" >/dev/null 2>&1 || true
+  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
+  for r in $(seq 1 "$((RUNS + 2))"); do
+    n=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" 2>&1 | awk '/^Requests per second/ {print $4}')
+    g=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}')
+    echo "${n:-0} ${g:-0}" >>"$WORK/interleaved"
+  done
+  stop
+  pkill -TERM -f "node server.js" 2>/dev/null || true
+fi
+
 # The batching matrix.
 gateway_config mx_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config mx_shipped "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
@@ -228,6 +254,9 @@ label() {
     echo "- imagegate shipped config / PyTorch + FastAPI: $(ratio "$best" "$(awk '{print $1}' "$WORK/torch.row")")"
     echo "- imagegate shipped config / Node.js sharp + onnxruntime-node: $(ratio "$best" "$(awk '{print $1}' "$WORK/node.row")")"
   fi
+  if [ -s "$WORK/interleaved" ]; then
+    echo "- imagegate shipped config / Node.js, interleaved rounds (below), median of the rounds' ratios: $(awk '$1 > 0 {printf "%.4f\n", $2 / $1}' "$WORK/interleaved" | median | xargs printf '%.2f')"
+  fi
   echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
   echo "- Open Inference Protocol (binary) / the article's API, loadtest req/s in the same runs: $(ratio "$(awk '{print $5}' "$WORK/gateway_v2.row")" "$(awk '{print $5}' "$WORK/gateway_best.row")")"
   echo
@@ -238,6 +267,22 @@ label() {
   echo "Peak RSS is the sum of VmHWM over the server's processes (uvicorn and node run one process"
   echo "per worker plus a parent). Start-up is from exec to the first successful \`POST /predict/\`."
   echo
+  if [ -s "$WORK/interleaved" ]; then
+    echo "## Node.js and the shipped config, interleaved"
+    echo
+    echo "Both servers up at once (idle between their turns), then rounds of \`ab -n $N -c 50\` against"
+    echo "the Node.js service and the gateway's shipped config, one after the other, so that each"
+    echo "round's two figures see the same state of the machine (req/s):"
+    echo
+    echo "| round | Node.js | imagegate shipped | ratio |"
+    echo "|---|---|---|---|"
+    r=0
+    while read -r n g; do
+      r=$((r + 1))
+      echo "| $r | $n | $g | $(ratio "$g" "$n") |"
+    done <"$WORK/interleaved"
+    echo
+  fi
   echo "## The load generator beside ab and hey"
   echo
   echo "The gateway with its shipped config, $RUNS rounds of \`ab -n $N -c 50 -p rime_5868.json -T application/json\`,"
