@@ -17,7 +17,7 @@
 #
 # Environment: N (requests per run, 2000), RUNS (3), WARM (requests, 400), STEP (matrix step
 # duration, 8s), RATES (open-loop rates, "100,250"), OUT (docs/benchmarks.md), PEERS=0 to skip
-# the peers (torch, node).
+# the peers (torch, node), ONLY=interleaved for the interleaved Node.js rounds alone (printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -132,6 +132,42 @@ SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
 gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
 
+# interleaved: the Node.js service and the shipped config, both up (on two ports), then RUNS+2
+# rounds of ab against one and the other, so that both see the same state of a shared machine
+# (measured one after the other, minutes apart, they do not: the same binary's throughput
+# drifts 10-30 % between runs). Rows "node gateway" (req/s) in $WORK/interleaved.
+interleaved() {
+  : >"$WORK/interleaved"
+  [ "$PEERS" = 1 ] || return 0
+  log "Node.js and the shipped config, interleaved"
+  local NPORT=$((PORT + 1)) NURL="http://127.0.0.1:$((PORT + 1))/predict/" r n g
+  (cd bench/node_service && setsid env PORT=$NPORT WORKERS="$(nproc)" node server.js >"$WORK/inode.log" 2>&1 </dev/null &)
+  start interleaved bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
+  for _ in $(seq 1 3000); do
+    curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "$NURL" 2>/dev/null && break
+    sleep 0.01
+  done
+  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" >/dev/null 2>&1 || true
+  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
+  for r in $(seq 1 "$((RUNS + 2))"); do
+    n=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" 2>&1 | awk '/^Requests per second/ {print $4}')
+    g=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}')
+    echo "${n:-0} ${g:-0}" >>"$WORK/interleaved"
+    log "round $r: Node.js ${n:-0} req/s, imagegate ${g:-0} req/s"
+  done
+  stop
+  pkill -TERM -f "node server.js" 2>/dev/null || true
+}
+
+# ONLY=interleaved: that measurement alone, printed (no report written).
+if [ "${ONLY:-}" = interleaved ]; then
+  bench/peers.sh setup-node >/dev/null
+  interleaved
+  awk '{printf "Node.js %s req/s, imagegate %s req/s, ratio %.2f\n", $1, $2, $2 / $1}' "$WORK/interleaved"
+  echo "median ratio: $(awk '$1 > 0 {printf "%.4f\n", $2 / $1}' "$WORK/interleaved" | median | xargs printf '%.2f')"
+  exit 0
+fi
+
 servers=()
 if [ "$PEERS" = 1 ]; then
   SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
@@ -170,30 +206,7 @@ stop
 
 CEILING=$(median <"$WORK/ceiling")
 
-# Node.js and the shipped config interleaved: both servers up (on two ports), then rounds of
-# ab against one and the other, so that both see the same state of a shared machine (above,
-# minutes apart, they do not: the same binary's throughput drifts 10-25 % between runs).
-: >"$WORK/interleaved"
-if [ "$PEERS" = 1 ]; then
-  log "Node.js and the shipped config, interleaved"
-  NPORT=$((PORT + 1))
-  (cd bench/node_service && setsid env PORT=$NPORT WORKERS="$(nproc)" node server.js >"$WORK/inode.log" 2>&1 </dev/null &)
-  start interleaved bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
-  NURL="http://127.0.0.1:$NPORT/predict/"
-  for _ in $(seq 1 3000); do
-    curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "$NURL" 2>/dev/null && break
-    sleep 0.01
-  done
-  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" >/dev/null 2>&1 || true
-  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
-  for r in $(seq 1 "$((RUNS + 2))"); do
-    n=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" 2>&1 | awk '/^Requests per second/ {print $4}')
-    g=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}')
-    echo "${n:-0} ${g:-0}" >>"$WORK/interleaved"
-  done
-  stop
-  pkill -TERM -f "node server.js" 2>/dev/null || true
-fi
+interleaved
 
 # The batching matrix.
 gateway_config mx_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
