@@ -132,6 +132,13 @@ SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
 gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
 
+# median_ratio: the median of the interleaved rounds' ratios (gateway / Node.js), or "-"
+median_ratio() {
+  local m
+  m=$(awk '$1 > 0 && $2 > 0 {printf "%.4f\n", $2 / $1}' "$WORK/interleaved" | median)
+  if [ "$m" = - ]; then echo -; else printf '%.2f' "$m"; fi
+}
+
 # interleaved: the Node.js service and the shipped config, both up (on two ports), then RUNS+2
 # rounds of ab against one and the other, so that both see the same state of a shared machine
 # (measured one after the other, minutes apart, they do not: the same binary's throughput
@@ -140,31 +147,41 @@ interleaved() {
   : >"$WORK/interleaved"
   [ "$PEERS" = 1 ] || return 0
   log "Node.js and the shipped config, interleaved"
-  local NPORT=$((PORT + 1)) NURL="http://127.0.0.1:$((PORT + 1))/predict/" r n g
-  (cd bench/node_service && setsid env PORT=$NPORT WORKERS="$(nproc)" node server.js >"$WORK/inode.log" 2>&1 </dev/null &)
+  local NPORT=$((PORT + 1)) NURL="http://127.0.0.1:$((PORT + 1))/predict/" NPID r n g up=0
+  (cd bench/node_service && exec setsid env PORT=$NPORT WORKERS="$(nproc)" node server.js >"$WORK/inode.log" 2>&1 </dev/null) &
+  NPID=$! # its own session: stopped with its workers below
   start interleaved bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
   for _ in $(seq 1 3000); do
-    curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "$NURL" 2>/dev/null && break
+    if curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "$NURL" 2>/dev/null; then up=1; break; fi
+    kill -0 "$NPID" 2>/dev/null || break
     sleep 0.01
   done
-  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" >/dev/null 2>&1 || true
-  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
-  for r in $(seq 1 "$((RUNS + 2))"); do
-    n=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" 2>&1 | awk '/^Requests per second/ {print $4}')
-    g=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}')
-    echo "${n:-0} ${g:-0}" >>"$WORK/interleaved"
-    log "round $r: Node.js ${n:-0} req/s, imagegate ${g:-0} req/s"
-  done
+  if [ "$up" = 1 ]; then
+    ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" >/dev/null 2>&1 || true
+    ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
+    for r in $(seq 1 "$((RUNS + 2))"); do
+      n=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$NURL" 2>&1 | awk '/^Requests per second/ {print $4}') || n=0
+      g=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}') || g=0
+      echo "${n:-0} ${g:-0}" >>"$WORK/interleaved"
+      log "round $r: Node.js ${n:-0} req/s, imagegate ${g:-0} req/s"
+    done
+  else
+    log "the Node.js service did not answer on port $NPORT (see $WORK/inode.log): no interleaved rounds"
+  fi
   stop
-  pkill -TERM -f "node server.js" 2>/dev/null || true
+  kill -TERM -- "-$NPID" 2>/dev/null || kill -TERM "$NPID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$NPID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$NPID" 2>/dev/null || true
 }
 
 # ONLY=interleaved: that measurement alone, printed (no report written).
 if [ "${ONLY:-}" = interleaved ]; then
+  [ "$PEERS" = 1 ] || { echo "bench: ONLY=interleaved measures the Node.js peer: PEERS=0 leaves nothing to do" >&2; exit 1; }
   bench/peers.sh setup-node >/dev/null
   interleaved
   awk '{printf "Node.js %s req/s, imagegate %s req/s, ratio %.2f\n", $1, $2, $2 / $1}' "$WORK/interleaved"
-  echo "median ratio: $(awk '$1 > 0 {printf "%.4f\n", $2 / $1}' "$WORK/interleaved" | median | xargs printf '%.2f')"
+  [ -s "$WORK/interleaved" ] || exit 1
+  echo "median ratio: $(median_ratio)"
   exit 0
 fi
 
@@ -196,9 +213,9 @@ start tools bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$POR
 ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json "$(URL)" >/dev/null 2>&1 || true
 : >"$WORK/tools"
 for r in $(seq 1 "$RUNS"); do
-  a=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}')
-  h=$(hey -n "$N" -c 50 -m POST -D "$PAYLOAD" -T application/json "$(URL)" 2>&1 | awk '/Requests\/sec/ {print $2}')
-  l=$(bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" 2>&1 | awk '/^Throughput:/ {print $2}')
+  a=$(ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" 2>&1 | awk '/^Requests per second/ {print $4}') || a=-
+  h=$(hey -n "$N" -c 50 -m POST -D "$PAYLOAD" -T application/json "$(URL)" 2>&1 | awk '/Requests\/sec/ {print $2}') || h=-
+  l=$(bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" 2>&1 | awk '/^Throughput:/ {print $2}') || l=-
   echo "$a $h $l" >>"$WORK/tools"
 done
 bin/loadtest -q -rate 1000 -duration 10s -c 100 "http://127.0.0.1:$PORT/" >"$WORK/loadtest_cpu.txt" 2>&1 || true
@@ -268,7 +285,7 @@ label() {
     echo "- imagegate shipped config / Node.js sharp + onnxruntime-node: $(ratio "$best" "$(awk '{print $1}' "$WORK/node.row")")"
   fi
   if [ -s "$WORK/interleaved" ]; then
-    echo "- imagegate shipped config / Node.js, interleaved rounds (below), median of the rounds' ratios: $(awk '$1 > 0 {printf "%.4f\n", $2 / $1}' "$WORK/interleaved" | median | xargs printf '%.2f')"
+    echo "- imagegate shipped config / Node.js, interleaved rounds (below), median of the rounds' ratios: $(median_ratio)"
   fi
   echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
   echo "- Open Inference Protocol (binary) / the article's API, loadtest req/s in the same runs: $(ratio "$(awk '{print $5}' "$WORK/gateway_v2.row")" "$(awk '{print $5}' "$WORK/gateway_best.row")")"
