@@ -173,7 +173,7 @@ static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char 
 		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) return 0;
 		*rows = (int)g->d.output_scanline - y0;
 	}
-	if (g->measure) { // before jpeg_finish_decompress frees the image's memory
+	if (g->measure) { // before jpeg_finish_decompress or jpeg_abort_decompress frees the image's memory
 		struct mallinfo2 m = mallinfo2();
 		g->in_use = m.uordblks + m.hblkhd;
 	}
