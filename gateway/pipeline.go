@@ -97,47 +97,27 @@ func (r *request) reset() {
 	*r = request{out: out[:0], v2: r.v2.reset()}
 }
 
-// Body and image buffers are pooled apart from requests, so that a request gives them back
-// as soon as it is done with them instead of holding them while it waits: a request waiting
-// for a decode worker holds its decoded image but not its JSON body; one waiting for a batch,
-// only its tensor rows (at c=50 on the article's payload, some 15 MB less held).
-var bodyBufs, imageBufs sync.Pool // of *[]byte
-
-// holders recycles the *[]byte that carry buffers through the pools, so that giving a buffer
-// back allocates nothing.
-var holders = sync.Pool{New: func() any { return new([]byte) }}
-
-func getBuf(p *sync.Pool) []byte {
-	h, ok := p.Get().(*[]byte)
-	if !ok {
-		return nil
-	}
-	b := (*h)[:0]
-	*h = nil
-	holders.Put(h)
-	return b
-}
-
-func putBuf(p *sync.Pool, b []byte) {
-	if cap(b) == 0 || cap(b) > maxPooledBuffer {
-		return
-	}
-	h := holders.Get().(*[]byte)
-	*h = b[:0]
-	p.Put(h)
-}
+// Body and image buffers are kept apart from requests (s.bodyBufs, s.imageBufs), so that a
+// request gives them back as soon as it is done with them instead of holding them while it
+// waits: a request waiting for a decode worker holds its decoded image but not its JSON body;
+// one waiting for a batch, only its tensor rows (at c=50 on the article's payload, some 15 MB
+// less held).
 
 // dropBody gives the request's body buffers back; r.body is nil after it.
 func (r *request) dropBody() {
-	putBuf(&bodyBufs, r.bodyBuf)
-	putBuf(&bodyBufs, r.inflated)
-	putBuf(&imageBufs, r.scratch)
+	if r.s != nil {
+		r.s.bodyBufs.put(r.bodyBuf)
+		r.s.bodyBufs.put(r.inflated)
+		r.s.imageBufs.put(r.scratch)
+	}
 	r.body, r.bodyBuf, r.inflated, r.scratch = nil, nil, nil, nil
 }
 
 // dropImage gives the decoded base64 image's buffer back.
 func (r *request) dropImage() {
-	putBuf(&imageBufs, r.img)
+	if r.s != nil {
+		r.s.imageBufs.put(r.img)
+	}
 	r.img = nil
 }
 
@@ -390,7 +370,7 @@ func (s *Server) readBody(r *request) error {
 		src = bytes.NewReader(r.fc.Request.Body())
 	}
 	if r.bodyBuf == nil {
-		r.bodyBuf = getBuf(&bodyBufs)
+		r.bodyBuf = s.bodyBufs.get()
 	}
 	body, err := r.readAll(src, declared, &r.bodyBuf)
 	if err != nil {
@@ -417,7 +397,7 @@ func (s *Server) readBody(r *request) error {
 			return bodyErr("cannot decompress the gzip body: %v", err)
 		}
 		if r.inflated == nil {
-			r.inflated = getBuf(&bodyBufs)
+			r.inflated = s.bodyBufs.get()
 		}
 		if body, err = r.readAll(zr, -1, &r.inflated); err != nil {
 			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
@@ -428,7 +408,7 @@ func (s *Server) readBody(r *request) error {
 	case bytes.EqualFold(enc, []byte("deflate")):
 		// RFC 9110's deflate is zlib-wrapped; some clients send raw deflate: try zlib first.
 		if r.inflated == nil {
-			r.inflated = getBuf(&bodyBufs)
+			r.inflated = s.bodyBufs.get()
 		}
 		out, err := r.readAll(zlibOrFlate(body), -1, &r.inflated)
 		if err != nil {

@@ -54,7 +54,7 @@ func (r *request) imageBytes() ([]byte, error) {
 			return nil, err
 		}
 		if r.img == nil {
-			r.img = getBuf(&imageBufs)
+			r.img = r.s.imageBufs.get()
 		}
 		img, scratch, err := decodeBase64Budget(r.img, r.scratch, field, r.reserve)
 		r.scratch = scratch

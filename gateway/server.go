@@ -25,6 +25,8 @@ type Server struct {
 	log        *slog.Logger
 	met        *metricsRegistry
 	mem        *budget
+	bodyBufs   *freeList // bodies as read, and decompressed
+	imageBufs  *freeList // decoded base64 images
 	gate       *decodeGate
 	conns      *connTracker
 	gone       *goneWatcher
@@ -74,6 +76,8 @@ func New(opts Options, repo Repository) (*Server, error) {
 		log:        opts.Log,
 		met:        newMetricsRegistry(),
 		mem:        newBudget(opts.MaxInflightBytes),
+		bodyBufs:   newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
+		imageBufs:  newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		gone:       newGoneWatcher(),
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,

@@ -347,7 +347,7 @@ func (r *request) decodeImages(n int) error {
 				return nil, err
 			}
 			if r.img == nil {
-				r.img = getBuf(&imageBufs)
+				r.img = r.s.imageBufs.get()
 			}
 			img, scratch, err := decodeBase64Budget(r.img, r.scratch, f, r.reserve)
 			r.scratch = scratch
