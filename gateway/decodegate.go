@@ -64,6 +64,7 @@ type waiter struct {
 func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
 	g := &decodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
 	g.svc.alpha, g.heavySvc.alpha = 0.1, 0.2
+	g.svc.clip, g.heavySvc.clip = ewmaClip, ewmaClip
 	g.waiters.New = func() any { return &waiter{ready: make(chan error, 1)} }
 	mem.released = g.kick
 	return g
@@ -264,10 +265,18 @@ func (g *decodeGate) stats() (waiting, busy int) {
 	return g.n, g.busy
 }
 
-// predictWait is the predicted time from now until a decode admitted now would finish.
+// predictWait is the predicted time from now until a decode admitted now would finish; 0
+// when a worker is free and nobody waits. An idle gate sheds nothing (acquire does not
+// either): nobody waits behind the decode, and the decodes it then measures correct an
+// estimate that a few slow images left too high. Without this, one 64 KB progressive JPEG
+// that took 2 s to decode made every request with a 200 ms deadline be refused before its
+// body, on an idle server, until requests without a deadline had brought the average down.
 func (g *decodeGate) predictWait() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.n == 0 && g.busy < g.workers {
+		return 0
+	}
 	wait, svc := g.predict(false)
 	return wait + svc
 }
@@ -293,17 +302,28 @@ func (g *decodeGate) predict(heavy bool) (wait, svc time.Duration) {
 	return wait, svc
 }
 
-// ewma is an exponentially weighted moving average; zero until the first observation.
+// ewma is an exponentially weighted moving average; zero until the first observation. With
+// clip set, an observation counts as at most clip times the average: one outlier (an image
+// that decodes in seconds among ones that take milliseconds) moves it by at most
+// alpha*(clip-1), while a lasting change still carries it there within a few observations.
 type ewma struct {
 	alpha float64
+	clip  float64
 	v     float64
 	set   bool
 }
+
+// ewmaClip: the decode-time averages take an observation as at most 4 times themselves (with
+// alpha 0.1, one slow decode raises the ordinary average by at most 30 %).
+const ewmaClip = 4
 
 func (e *ewma) observe(x float64) {
 	if !e.set {
 		e.v, e.set = x, true
 		return
+	}
+	if e.clip > 0 && x > e.clip*e.v {
+		x = e.clip * e.v
 	}
 	e.v += e.alpha * (x - e.v)
 }

@@ -153,3 +153,47 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestDecodeGateOutlierDoesNotLockOut: a decode that takes 200 times the usual raises the
+// average by at most 30 %, and an idle gate predicts no wait whatever its average, so that
+// requests with tight deadlines keep being admitted, decoded and measured.
+func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newDecodeGate(2, 8, newBudget(1<<30))
+		ctx, far := context.Background(), time.Now().Add(time.Hour)
+		decode := func(took time.Duration) {
+			if err := g.acquire(ctx, far, 1, false, noDownstream); err != nil {
+				t.Fatal(err)
+			}
+			g.release(1, false, took)
+		}
+		for range 20 {
+			decode(10 * time.Millisecond)
+		}
+		decode(2 * time.Second)
+		if svc := g.svc.duration(); svc > 13*time.Millisecond {
+			t.Fatalf("one 2 s decode among 10 ms ones raised the average to %v", svc)
+		}
+		if w := g.predictWait(); w != 0 {
+			t.Fatalf("an idle gate predicts %v", w)
+		}
+		// Busy: the wait counts again.
+		for range 2 {
+			if err := g.acquire(ctx, far, 1, false, noDownstream); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if w := g.predictWait(); w < 10*time.Millisecond || w > 40*time.Millisecond {
+			t.Fatalf("both workers busy: predicted %v", w)
+		}
+		g.release(1, false, 0)
+		g.release(1, false, 0)
+		// A lasting change is followed: decodes that all take 200 ms carry the average there.
+		for range 40 {
+			decode(200 * time.Millisecond)
+		}
+		if svc := g.svc.duration(); svc < 190*time.Millisecond {
+			t.Fatalf("after 40 decodes of 200 ms the average is %v", svc)
+		}
+	})
+}

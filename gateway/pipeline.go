@@ -218,10 +218,10 @@ func (s *Server) admit(r *request) error {
 	}
 	// With the decode gate's headroom: a request refused here is refused in microseconds,
 	// before its body is read; one that passes and is refused later has spent its upload.
-	if r.start.Add(pred + pred/admitHeadroom).After(r.deadline) {
+	if need := pred + pred/admitHeadroom; r.start.Add(need).After(r.deadline) {
 		s.met.refusals[refuseDeadline].Inc()
-		return fmt.Errorf("%w: predicted to take %v, the request's deadline is in %v", errShed,
-			pred.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
+		return fmt.Errorf("%w: predicted to take %v, and a request is admitted only with %v of its deadline left (the prediction and half again); the deadline is in %v",
+			errShed, pred.Round(time.Millisecond), need.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -338,11 +338,12 @@ func (s *Server) parseOptions(r *request) error {
 	}
 	if tv != nil {
 		ms, err := strconv.ParseFloat(string(tv), 64)
-		if err != nil || !(ms > 0 && ms <= 1e9) { // also refuses NaN
+		if err != nil || !(ms > 0) { // also refuses NaN
 			return bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
 		}
-		if d := time.Duration(ms * float64(time.Millisecond)); d < timeout {
-			timeout = d
+		// A timeout only shortens the model's default; a longer one (up to +Inf) is the default.
+		if ms < float64(timeout)/float64(time.Millisecond) {
+			timeout = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
 	r.deadline = r.start.Add(timeout)

@@ -667,6 +667,32 @@ func TestListenerCloseServesBacklog(t *testing.T) {
 	}
 }
 
+// TestSlowDecodesDoNotShedTightDeadlines: after a few images that took seconds to decode (a
+// progressive JPEG with hundreds of scans), a request with a 200 ms deadline on an idle server
+// is still served: the outliers barely move the decode-time average, and an idle decode
+// gate predicts no wait. (Before, one such image got every later 200 ms request refused
+// before its body, until requests without a deadline brought the average down.)
+func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	img := solidPNG(t, 16, 16, 9)
+	for range 5 {
+		if r := ts.do("POST", "/models/m/predict", "image/png", img, "X-Request-Timeout", "200"); r.status != 200 {
+			t.Fatalf("before: %d %s", r.status, r.body)
+		}
+	}
+	for range 3 { // three decodes of 2 s each, as the gate sees them
+		if err := ts.s.gate.acquire(context.Background(), time.Now().Add(time.Hour), 0, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		ts.s.gate.release(0, false, 2*time.Second)
+	}
+	for range 5 {
+		if r := ts.do("POST", "/models/m/predict", "image/png", img, "X-Request-Timeout", "200"); r.status != 200 {
+			t.Fatalf("after slow decodes: %d %s", r.status, r.body)
+		}
+	}
+}
+
 // TestFreeListDoesNotAllocate: handing a body or image buffer back and taking it again
 // allocates nothing once the list holds one.
 func TestFreeListDoesNotAllocate(t *testing.T) {
