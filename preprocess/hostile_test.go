@@ -357,3 +357,69 @@ func tiffEnd(b []byte) int {
 	}
 	return min(end, len(b))
 }
+
+// eobScansJPEG crafts a w x h grayscale progressive JPEG (w and h multiples of 64) with a DC
+// scan and then acScans identical AC scans, each a few bytes: end-of-band runs of 16384
+// blocks (libjpeg ends the last one with the scan). Each scan still costs the decoder a pass
+// over every block.
+func eobScansJPEG(w, h, acScans int) []byte {
+	if w%64 != 0 || h%64 != 0 {
+		panic("eobScansJPEG: w and h must be multiples of 64")
+	}
+	blocks := (w / 8) * (h / 8)
+	runs := (blocks + 16383) / 16384
+	var b bytes.Buffer
+	seg := func(marker byte, payload []byte) {
+		b.Write([]byte{0xFF, marker, byte((len(payload) + 2) >> 8), byte(len(payload) + 2)})
+		b.Write(payload)
+	}
+	b.Write([]byte{0xFF, 0xD8})
+	seg(0xDB, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...))                      // quantization: all 1
+	seg(0xC2, []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 1, 1, 0x11, 0}) // SOF2, one component
+	seg(0xC4, append([]byte{0x00, 1}, append(make([]byte, 15), 0x00)...))             // DC: "0" is category 0
+	seg(0xC4, append([]byte{0x10, 1}, append(make([]byte, 15), 0xE0)...))             // AC: "0" is EOB14
+	seg(0xDA, []byte{1, 1, 0x00, 0, 0, 0})                                            // DC scan
+	b.Write(make([]byte, blocks/8))                                                   // a "0" bit a block
+	run := make([]byte, (runs*15+7)/8)                                                // "0" + 14 zero bits a run of 16384
+	if pad := len(run)*8 - runs*15; pad > 0 {
+		run[len(run)-1] = byte(1<<pad - 1) // padded with 1 bits
+	}
+	for range acScans {
+		seg(0xDA, []byte{1, 1, 0x00, 1, 63, 0})
+		b.Write(run)
+	}
+	b.Write([]byte{0xFF, 0xD9})
+	return b.Bytes()
+}
+
+// TestProgressiveScansAreBudgeted: a progressive JPEG whose scans pass over its blocks more
+// than IG_MAX_PASSES times is refused before the scan that would exceed it is decoded, also
+// with fewer than IG_MAX_SCANS scans; one within the budget decodes. (A 133 KB file of 499
+// such scans over 7000x7000 took 3.3 s of CPU.)
+func TestProgressiveScansAreBudgeted(t *testing.T) {
+	p, err := New(Options{Width: 32, Height: 32, Resize: 40, MaxPixels: 1 << 26})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float32, p.SlotLen())
+	ok := eobScansJPEG(2048, 2048, 60) // 61 passes
+	if err := p.Process(ok, row); err != nil {
+		t.Fatalf("%d bytes, 61 scans over 2048x2048: %v", len(ok), err)
+	}
+	for _, scans := range []int{64, 200, 499} {
+		bomb := eobScansJPEG(2048, 2048, scans)
+		err := p.Process(bomb, row)
+		if !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "pass over its blocks") {
+			t.Fatalf("%d bytes, %d scans over 2048x2048: %v, want a refusal of the scans", len(bomb), scans+1, err)
+		}
+	}
+	// A small image may have many scans: they cost little.
+	small := eobScansJPEG(512, 512, 498)
+	if err := p.Process(small, row); err != nil {
+		t.Fatalf("499 scans over 512x512: %v", err)
+	}
+	// The decoder is pooled: the count starts again with each image.
+	if err := p.Process(ok, row); err != nil {
+		t.Fatalf("the 61-scan file after refused ones: %v", err)
+	}
+}

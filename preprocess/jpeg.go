@@ -24,9 +24,20 @@ typedef struct {
 	char msg[JMSG_LENGTH_MAX]; // the error, or the first warning
 	int measure;    // tests: record the C heap in use at the decode's peak
 	size_t in_use;  // mallinfo2's bytes in use then (all arenas, mmapped blocks included)
+	int scan;       // the input scan last counted
+	long long scan_blocks, max_scan_blocks; // blocks the scans so far cover, and the most allowed
 } igjpeg;
 
-#define IG_MAX_SCANS 500 // progressive scans allowed (each costs a pass over the image)
+// A progressive JPEG's scans each cost a pass over the blocks of the components they hold,
+// whatever the DCT scale. A scan with nothing but one end-of-band run is a few bytes: 500 of
+// them over a 7000x7000 canvas made a 133 KB file that took 3.3 s of CPU (a normal photo
+// takes 4 ms). So the scans may pass over the image's blocks IG_MAX_PASSES times in all
+// (libjpeg's own progression makes 5 passes; encoders that optimize their scans, some 10), or
+// cover IG_FREE_SCAN_BLOCKS blocks in all (a 4-megapixel image 64 times, some 40 ms of such
+// scans), if that is more; and there are never more than IG_MAX_SCANS scans.
+#define IG_MAX_SCANS 500
+#define IG_MAX_PASSES 64
+#define IG_FREE_SCAN_BLOCKS (1LL << 22)
 
 static void ig_error_exit(j_common_ptr c) {
 	igjpeg *g = (igjpeg *)c->client_data;
@@ -43,10 +54,25 @@ static void ig_emit_message(j_common_ptr c, int level) {
 
 static void ig_output_message(j_common_ptr c) { (void)c; }
 
+// ig_progress is called before each step of reading the input: it counts each new scan's
+// blocks before the scan is decoded.
 static void ig_progress(j_common_ptr c) {
 	igjpeg *g = (igjpeg *)c->client_data;
-	if (c->is_decompressor && ((j_decompress_ptr)c)->input_scan_number > IG_MAX_SCANS) {
+	if (!c->is_decompressor) return;
+	j_decompress_ptr d = (j_decompress_ptr)c;
+	if (d->input_scan_number > IG_MAX_SCANS) {
 		snprintf(g->msg, sizeof g->msg, "progressive JPEG with more than %d scans", IG_MAX_SCANS);
+		longjmp(g->jb, 1);
+	}
+	if (d->input_scan_number == g->scan || !d->progressive_mode) return;
+	g->scan = d->input_scan_number;
+	for (int i = 0; i < d->comps_in_scan; i++) {
+		jpeg_component_info *ci = d->cur_comp_info[i];
+		g->scan_blocks += (long long)ci->width_in_blocks * ci->height_in_blocks;
+	}
+	if (g->scan_blocks > g->max_scan_blocks) {
+		snprintf(g->msg, sizeof g->msg, "progressive JPEG whose %d scans pass over its blocks more than %d times",
+			d->input_scan_number, IG_MAX_PASSES);
 		longjmp(g->jb, 1);
 	}
 }
@@ -95,13 +121,20 @@ static int ig_jpeg_header(igjpeg *g, const unsigned char *buf, unsigned long siz
 	o->multiscan = jpeg_has_multiple_scans(&g->d);
 	o->max_h = g->d.max_h_samp_factor;
 	o->max_v = g->d.max_v_samp_factor;
-	for (int i = 0; i < g->d.num_components && i < 4; i++) {
+	long long blocks = 0;
+	for (int i = 0; i < g->d.num_components; i++) {
 		jpeg_component_info *c = &g->d.comp_info[i];
+		blocks += (long long)c->width_in_blocks * c->height_in_blocks;
+		if (i >= 4) continue;
 		o->hs[i] = c->h_samp_factor;
 		o->vs[i] = c->v_samp_factor;
 		o->wib[i] = (int)c->width_in_blocks;
 		o->hib[i] = (int)c->height_in_blocks;
 	}
+	g->scan = 0;
+	g->scan_blocks = 0;
+	g->max_scan_blocks = blocks * IG_MAX_PASSES;
+	if (g->max_scan_blocks < IG_FREE_SCAN_BLOCKS) g->max_scan_blocks = IG_FREE_SCAN_BLOCKS;
 	return 0;
 }
 
