@@ -13,8 +13,10 @@ import (
 // upload the body: over server.max_connections, an unknown model, a body declared over
 // server.max_body_bytes, a full queue, a deadline it cannot meet, the shutdown. The answer,
 // its metrics and its reason are the ones handle would give; fasthttp closes the connection
-// after it (a client may have started the body without waiting). Every other request gets
-// "100 Continue" and goes through handle, which checks it again once the body is read.
+// after it (a client may have started the body without waiting). A request that is not an
+// inference POST has no use for a body (a health check, /metrics, an unknown path, a wrong
+// method): handle answers it now. Every other request gets "100 Continue" and goes through
+// handle, which checks it again once the body is read.
 func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 	path := string(fc.Path())
 	if c, ok := fc.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
@@ -24,7 +26,7 @@ func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 		return fasthttp.StatusServiceUnavailable
 	}
 	if !fc.IsPost() {
-		return fasthttp.StatusContinue
+		return s.answerNow(fc)
 	}
 	var name, version string
 	var fe frontEnd
@@ -35,17 +37,17 @@ func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 	case strings.HasPrefix(path, "/models/"):
 		n, tail, _ := strings.Cut(path[len("/models/"):], "/")
 		if tail != "predict" && tail != "predict/" {
-			return fasthttp.StatusContinue
+			return s.answerNow(fc)
 		}
 		name, fe = n, predictAPI{}
 	case strings.HasPrefix(path, "/v2/models/"):
 		n, v, tail, tensorOnly, ok := v2ModelPath(path[len("/v2/models/"):])
 		if !ok || tail != "infer" {
-			return fasthttp.StatusContinue
+			return s.answerNow(fc)
 		}
 		name, version, fe = n, v, v2API{tensorOnly: tensorOnly}
 	default:
-		return fasthttp.StatusContinue
+		return s.answerNow(fc)
 	}
 	m, err := s.lookup(name, version)
 	switch {
@@ -68,4 +70,10 @@ func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 	status, reason := s.fail(r, err)
 	m.met.req.observe(status, reason, time.Since(r.start))
 	return status
+}
+
+// answerNow answers, without its body, a request that has no use for one.
+func (s *Server) answerNow(fc *fasthttp.RequestCtx) int {
+	s.handle(fc)
+	return fc.Response.StatusCode()
 }

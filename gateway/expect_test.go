@@ -117,3 +117,39 @@ func TestExpectContinueRefusesBeforeTheBody(t *testing.T) {
 		t.Fatalf("after the queue drained: %d (body sent: %v) %s", resp.StatusCode, sent, body)
 	}
 }
+
+// TestExpectContinueElsewhere: a request with "Expect: 100-continue" that is not an inference
+// POST (an unknown path, a wrong method, health, metrics) gets its final answer at once, even
+// for a huge declared body, instead of "100 Continue" and an upload it has no use for.
+func TestExpectContinueElsewhere(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"POST", "/nope", 404},
+		{"PUT", "/predict/", 405},
+		{"PUT", "/models/m/predict", 405},
+		{"POST", "/models/m", 405},
+		{"POST", "/v2/models/m", 405},
+		{"POST", "/v2/models/m/ready", 405},
+		{"POST", "/v2/repository/index", 404},
+		{"POST", "/v2/health/ready", 200},
+		{"POST", "/metrics", 200},
+	} {
+		conn, err := ts.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: gw\r\nContent-Length: 1000000000000\r\nExpect: 100-continue\r\n\r\n", c.method, c.path)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.path, err)
+		}
+		if resp.StatusCode != c.want || !resp.Close {
+			t.Errorf("%s %s: %d (connection close %v), want %d at once", c.method, c.path, resp.StatusCode, resp.Close, c.want)
+		}
+	}
+}

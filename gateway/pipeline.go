@@ -72,6 +72,7 @@ type request struct {
 	held     int64 // bytes reserved from the memory budget
 	admitted int   // samples admitted on m
 	bodyDone bool  // the body was read to its end
+	bodyBad  bool  // reading the body failed (broken framing, a timeout): nothing to drain
 	body     []byte
 	bodyBuf  []byte // the body as read (pooled)
 	inflated []byte // the body decompressed (pooled)
@@ -375,6 +376,7 @@ func (s *Server) readBody(r *request) error {
 	}
 	body, err := r.readAll(src, declared, &r.bodyBuf)
 	if err != nil {
+		r.bodyBad = !errors.Is(err, errOverloaded) && !errors.Is(err, errTooLarge)
 		var ne net.Error
 		switch {
 		case s.aborted.Load():
@@ -428,10 +430,13 @@ func (s *Server) readBody(r *request) error {
 
 // discardBody reads and drops what is left of a refused request's body, so that the client,
 // still sending it, reads our answer instead of a connection reset (a close with unread
-// data resets the connection). A body declared over server.max_body_bytes, or one that stops
-// arriving, is not waited for: the connection is closed after the answer.
+// data resets the connection). A body declared over server.max_body_bytes, one whose reading
+// failed, or one that stops arriving, is not waited for: the connection is closed after the
+// answer.
 func (s *Server) discardBody(r *request, cause error) {
-	if errors.Is(cause, errBodyTooLarge) {
+	if r.bodyBad || errors.Is(cause, errBodyTooLarge) {
+		// The stream failed (a malformed chunk size, a timeout, a reset): reading on would
+		// take what follows for a chunk header and wait for read_timeout.
 		r.fc.SetConnectionClose()
 		return
 	}

@@ -65,7 +65,8 @@ func (r *request) imageBytes() ([]byte, error) {
 		// The JSON body is spent: a request waiting for a decode worker holds only the image.
 		r.dropBody()
 		return img, nil
-	case bytes.HasPrefix(ct, []byte("image/")), bytes.EqualFold(ct, []byte("application/octet-stream")), len(ct) == 0:
+	case len(ct) >= len("image/") && bytes.EqualFold(ct[:len("image/")], []byte("image/")), // media types ignore case
+		bytes.EqualFold(ct, []byte("application/octet-stream")), len(ct) == 0:
 		if len(body) == 0 {
 			return nil, bodyErr("the request body is empty")
 		}

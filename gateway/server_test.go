@@ -214,9 +214,10 @@ func TestRoutingAndAnswers(t *testing.T) {
 	js, _ := json.Marshal(map[string]string{"image": base64.StdEncoding.EncodeToString(img)})
 
 	// The article's API: raw and JSON bodies, on the default model (newest version) and by name.
-	for _, c := range []struct{ path, ct string }{{"/predict/", "image/png"}, {"/predict", "application/json"}, {"/models/m/predict?top_k=2", "image/png"}} {
+	for _, c := range []struct{ path, ct string }{{"/predict/", "image/png"}, {"/predict", "application/json"}, {"/models/m/predict?top_k=2", "image/png"},
+		{"/predict/", "IMAGE/PNG"}, {"/predict/", "Application/JSON; charset=utf-8"}} { // media types ignore case
 		body := img
-		if c.ct == "application/json" {
+		if strings.HasPrefix(strings.ToLower(c.ct), "application/json") {
 			body = js
 		}
 		r := ts.do("POST", c.path, c.ct, body)
@@ -268,8 +269,8 @@ func TestRoutingAndAnswers(t *testing.T) {
 		}
 	}
 	// Metrics: every answer counted once, by model, version and code.
-	if v := ts.metric(`gateway_requests_total{model="m",version="2",code="200"}`); v != 3 {
-		t.Errorf("requests_total{m,2,200} = %v, want 3", v)
+	if v := ts.metric(`gateway_requests_total{model="m",version="2",code="200"}`); v != 5 {
+		t.Errorf("requests_total{m,2,200} = %v, want 5", v)
 	}
 	// (inference paths only: GET /predict/ counts on the default model; the metadata of an
 	// unknown version is not an inference request)
@@ -690,6 +691,30 @@ func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
 		if r := ts.do("POST", "/models/m/predict", "image/png", img, "X-Request-Timeout", "200"); r.status != 200 {
 			t.Fatalf("after slow decodes: %d %s", r.status, r.body)
 		}
+	}
+}
+
+// TestBrokenChunkedBodyIsAnsweredAtOnce: a chunk size that does not parse gets its 400 at
+// once and the connection closes; the server does not read on, taking the bytes that follow
+// for another chunk header, until server.read_timeout.
+func TestBrokenChunkedBodyIsAnsweredAtOnce(t *testing.T) {
+	o := testOptions()
+	o.ReadTimeout = time.Minute
+	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	c, err := ts.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second)) // a third of read_timeout
+	fmt.Fprintf(c, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"fffffffffffffffff\r\nabc\r\n0\r\n\r\n")
+	r, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer before a third of read_timeout: %v", err)
+	}
+	if r.StatusCode != 400 || !r.Close {
+		t.Fatalf("%d, connection close %v; want 400 and close", r.StatusCode, r.Close)
 	}
 }
 
