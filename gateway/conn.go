@@ -29,6 +29,7 @@ type connTracker struct {
 	all        map[*conn]struct{}
 	closedIdle *metrics.Counter
 	met        *metricsRegistry
+	lingering  int // connections in lingerClose
 }
 
 // overflowConns is how many overflow connections may be open at once.
@@ -48,6 +49,11 @@ func newConnTracker(maxConns int, met *metricsRegistry) *connTracker {
 		return float64(len(t.idle))
 	})
 	t.closedIdle = set.NewCounter("gateway_connections_closed_idle_total")
+	set.NewGauge("gateway_connections_lingering", func() float64 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return float64(t.lingering)
+	})
 	return t
 }
 
@@ -261,7 +267,7 @@ func (l *listener) isClosing() bool {
 
 // wrap admits a connection; nil if it was refused.
 func (l *listener) wrap(nc net.Conn) net.Conn {
-	c := &conn{Conn: nc}
+	c := &conn{Conn: nc, t: l.t}
 	if !l.t.admit(c) {
 		l.t.met.refusals[refuseConnections].Inc()
 		go refuse(nc, l.retryAfter)
@@ -317,7 +323,9 @@ const backlogDrain = 20 * time.Millisecond
 // a request are scanned. The fields below lineDone belong to the connTracker (under its mu).
 type conn struct {
 	net.Conn
+	t        *connTracker
 	lineDone bool // the current request's first line has ended (serving goroutine only)
+	linger   bool // close by lingerClose: the request's body was left unread (serving goroutine only)
 
 	idleSince time.Time
 	requests  int
@@ -338,6 +346,85 @@ func (c *conn) Read(b []byte) (int, error) {
 func (c *conn) Write(b []byte) (int, error) {
 	c.lineDone = false
 	return c.Conn.Write(b)
+}
+
+// Close closes the connection; one closed with the client's bytes still coming (a refused
+// body left unread, a pipelined request) is closed by lingerClose, so that the client gets
+// the answer written to it: a socket closed with unread input, or that receives input after
+// its close, is reset, and a reset discards what the client had not read yet. (A client that
+// writes its whole body before it reads, as Python's http.client does, got a connection reset
+// instead of the 413 for a body over max_body_bytes.)
+func (c *conn) Close() error {
+	if (c.linger || pendingInput(c)) && c.t != nil && c.t.lingerStart() {
+		c.linger = false
+		go c.lingerClose()
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+// Lingering closes: at most maxLingering at once (beyond, a connection is closed at once);
+// each lasts until the client closes or stops sending for lingerIdle, at most lingerTime,
+// and reads at most lingerBytes (a body over max_body_bytes of 16 MiB is some 10 ms of
+// reading on loopback).
+const (
+	maxLingering = 64
+	lingerIdle   = time.Second
+	lingerTime   = 10 * time.Second
+	lingerBytes  = 256 << 20
+)
+
+// lingerClose sends the end of the stream after the answer, reads and drops what the client
+// still sends, then closes.
+func (c *conn) lingerClose() {
+	defer c.t.lingerDone()
+	defer c.Conn.Close()
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite() // the client reads the answer, then end of stream
+	}
+	buf := lingerBufs.Get().(*[drainChunk]byte)
+	defer lingerBufs.Put(buf)
+	end := time.Now().Add(lingerTime)
+	for n := 0; n < lingerBytes; {
+		d := time.Now().Add(lingerIdle)
+		if d.After(end) {
+			d = end
+		}
+		c.Conn.SetReadDeadline(d)
+		k, err := c.Conn.Read(buf[:])
+		n += k
+		if err != nil {
+			return
+		}
+	}
+}
+
+var lingerBufs = sync.Pool{New: func() any { return new([drainChunk]byte) }}
+
+// lingerStart takes a place for a lingering close; false when all are taken.
+func (t *connTracker) lingerStart() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lingering >= maxLingering {
+		return false
+	}
+	t.lingering++
+	return true
+}
+
+func (t *connTracker) lingerDone() {
+	t.mu.Lock()
+	t.lingering--
+	t.mu.Unlock()
+}
+
+// lingerOnClose closes the request's connection after the answer, lingering: the client may
+// still be sending the body the server did not read.
+func lingerOnClose(fc *fasthttp.RequestCtx) {
+	fc.SetConnectionClose()
+	if c, ok := fc.Conn().(*conn); ok {
+		c.linger = true
+	}
 }
 
 // SyscallConn exposes the socket of a TCP connection (for the client-gone watcher); it fails

@@ -18,6 +18,14 @@ import (
 // method): handle answers it now. Every other request gets "100 Continue" and goes through
 // handle, which checks it again once the body is read.
 func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
+	st := s.expectDecide(fc)
+	if st != fasthttp.StatusContinue {
+		lingerOnClose(fc) // a client that did not wait for "100 Continue" may be sending its body
+	}
+	return st
+}
+
+func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	path := string(fc.Path())
 	if c, ok := fc.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
 		s.met.refusals[refuseConnections].Inc()

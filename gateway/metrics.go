@@ -51,6 +51,7 @@ var metricHelp = map[string]string{
 	"gateway_connections":                   "Open client connections.",
 	"gateway_connections_idle":              "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
+	"gateway_connections_lingering":         "Connections closed after their answer while the client may still be sending (a refused body left unread): the rest is read and dropped, so that the client reads the answer instead of a reset.",
 	"gateway_ready":                         "1 when serving, 0 while draining.",
 	"gateway_reloads_total":                 "Reloads of the repository (SIGHUP, repository.poll, the admin API), by result: ok, or failed (a model failed to load; what was served stays).",
 	"gateway_model_load_failures_total":     "Model versions that failed to load, by model.",

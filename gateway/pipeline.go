@@ -437,7 +437,7 @@ func (s *Server) discardBody(r *request, cause error) {
 	if r.bodyBad || errors.Is(cause, errBodyTooLarge) {
 		// The stream failed (a malformed chunk size, a timeout, a reset): reading on would
 		// take what follows for a chunk header and wait for read_timeout.
-		r.fc.SetConnectionClose()
+		lingerOnClose(r.fc)
 		return
 	}
 	s.drainBody(r.fc)
@@ -448,7 +448,7 @@ func (s *Server) discardBody(r *request, cause error) {
 // 256 KiB and reset the rest under the client.
 func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	if int64(fc.Request.Header.ContentLength()) > s.opts.MaxBodyBytes {
-		fc.SetConnectionClose()
+		lingerOnClose(fc)
 		return
 	}
 	stream := fc.RequestBodyStream()
@@ -471,12 +471,12 @@ func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 			empty = 0
 		}
 		if err != nil || empty >= 100 { // 100 empty reads: no progress (as bufio decides)
-			fc.SetConnectionClose()
+			lingerOnClose(fc)
 			return
 		}
 	}
 	if n > s.opts.MaxBodyBytes {
-		fc.SetConnectionClose()
+		lingerOnClose(fc)
 	}
 }
 

@@ -98,10 +98,14 @@ func New(opts Options, repo Repository) (*Server, error) {
 		ExpectHandler: s.expectContinue,
 		Name:          "imagegate",
 		// Bodies are streamed: the pipeline reads them into budgeted memory as they arrive
-		// (fasthttp would otherwise allocate a declared length up front). The limit here is
-		// checked again by the pipeline, which answers 413 itself.
+		// (fasthttp would otherwise allocate a declared length up front) and enforces
+		// max_body_bytes itself (413). A streaming fasthttp reads min(Content-Length,
+		// MaxRequestBodySize, 8 KiB) of the body before it calls the handler, and hands a
+		// longer body over as a stream all the same; with 1, the handler runs once a byte of
+		// the body is in, so a refusal on the header alone (the declared length, a full
+		// queue, a deadline) does not wait for 8 KiB from a slow client.
 		StreamRequestBody:  true,
-		MaxRequestBodySize: int(opts.MaxBodyBytes),
+		MaxRequestBodySize: 1,
 		ReadTimeout:        opts.ReadTimeout,
 		WriteTimeout:       opts.WriteTimeout,
 		IdleTimeout:        opts.IdleTimeout,
@@ -382,7 +386,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		// metrics are served on this connection.
 		s.met.refusals[refuseConnections].Inc()
 		s.drainBody(ctx)
-		ctx.SetConnectionClose()
+		lingerOnClose(ctx)
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)
 		writeError(ctx, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
 		return

@@ -718,6 +718,75 @@ func TestBrokenChunkedBodyIsAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// TestRefusalOnTheHeaderDoesNotWaitForTheBody: a body declared over max_body_bytes gets its
+// 413 as soon as the request's first body bytes are in, not once 8 KiB of them are (fasthttp's
+// pre-read), from a client that sends slowly; a body under the limit is still read whole.
+func TestRefusalOnTheHeaderDoesNotWaitForTheBody(t *testing.T) {
+	o := testOptions()
+	o.ReadTimeout = time.Minute
+	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	c, err := ts.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second)) // a third of read_timeout
+	fmt.Fprintf(c, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n{}", 2<<20)
+	r, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer before a third of read_timeout: %v", err)
+	}
+	if r.StatusCode != 413 || !r.Close {
+		t.Fatalf("%d, connection close %v; want 413 and close", r.StatusCode, r.Close)
+	}
+	for _, n := range []int{1, 100, 9000} { // below, at and above the old pre-read
+		img := solidPNG(t, 16, 16, 5)
+		img = append(img, make([]byte, n)...) // trailing bytes: ignored by the decoder
+		if r := ts.do("POST", "/models/m/predict", "image/png", img); r.status != 200 {
+			t.Fatalf("a body of %d bytes: %d %s", len(img), r.status, r.body)
+		}
+	}
+}
+
+// TestOversizeBodyAnswerReachesAWriteFirstClient: a client that writes its whole body before
+// it reads (as Python's http.client does) gets the 413 for a body over max_body_bytes, over
+// TCP: the server reads and drops the rest of the body after its answer instead of closing
+// the socket under the client (which reset the connection, and the answer with it).
+func TestOversizeBodyAnswerReachesAWriteFirstClient(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.s.Serve(tcp)
+	body := make([]byte, 24<<20) // max_body_bytes is 1 MiB; more than the sockets buffer
+	for _, hdr := range []string{fmt.Sprintf("Content-Length: %d", len(body)), "Transfer-Encoding: chunked"} {
+		c, err := net.Dial("tcp", tcp.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(c, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\n%s\r\n\r\n", hdr)
+		if strings.HasPrefix(hdr, "Transfer") {
+			_, err = fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+		} else {
+			_, err = c.Write(body)
+		}
+		if err != nil {
+			t.Fatalf("%s: writing the body: %v", hdr, err)
+		}
+		r, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", hdr, err)
+		}
+		if r.StatusCode != 413 || !r.Close {
+			t.Fatalf("%s: %d, connection close %v; want 413 and close", hdr, r.StatusCode, r.Close)
+		}
+	}
+	waitUntil(t, func() bool { return ts.metric("gateway_connections_lingering") == 0 })
+}
+
 // TestFreeListDoesNotAllocate: handing a body or image buffer back and taking it again
 // allocates nothing once the list holds one.
 func TestFreeListDoesNotAllocate(t *testing.T) {
