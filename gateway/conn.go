@@ -412,6 +412,13 @@ func (t *connTracker) lingerStart() bool {
 	return true
 }
 
+// lingeringNow is the number of connections in lingerClose.
+func (t *connTracker) lingeringNow() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lingering
+}
+
 func (t *connTracker) lingerDone() {
 	t.mu.Lock()
 	t.lingering--

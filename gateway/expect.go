@@ -14,8 +14,8 @@ import (
 // server.max_body_bytes, a full queue, a deadline it cannot meet, the shutdown. The answer,
 // its metrics and its reason are the ones handle would give; fasthttp closes the connection
 // after it (a client may have started the body without waiting). A request that is not an
-// inference POST has no use for a body (a health check, /metrics, an unknown path, a wrong
-// method): handle answers it now. Every other request gets "100 Continue" and goes through
+// inference POST or a POST to the repository API has no use for a body (a health check,
+// /metrics, an unknown path, a wrong method): handle answers it now. Every other request gets "100 Continue" and goes through
 // handle, which checks it again once the body is read.
 func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 	st := s.expectDecide(fc)
@@ -48,6 +48,8 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 			return s.answerNow(fc)
 		}
 		name, fe = n, predictAPI{}
+	case strings.HasPrefix(path, "/v2/repository"):
+		return fasthttp.StatusContinue // the repository's handlers read their bodies
 	case strings.HasPrefix(path, "/v2/models/"):
 		n, v, tail, tensorOnly, ok := v2ModelPath(path[len("/v2/models/"):])
 		if !ok || tail != "infer" {

@@ -289,8 +289,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// keep-alive ones (or a client reads slowly): for connCloseGrace their clients may still
 	// send a request on them, answered (and the connection closed after it); then the idle
 	// ones are closed, after a check that no request is arriving, and the last requests
-	// answered. A connection that stays open does not hold up the exit.
-	for end := time.Now().Add(connCloseGrace); (s.conns.count() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
+	// answered. Connections closing by lingering (a refused body still arriving) are waited
+	// for too: the process's exit would reset them, and their answers with them. A
+	// connection that stays open does not hold up the exit.
+	for end := time.Now().Add(connCloseGrace); (s.conns.count() > 0 || s.conns.lingeringNow() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.conns.closeIdle()

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -359,12 +360,17 @@ func tiffEnd(b []byte) int {
 }
 
 // eobScansJPEG crafts a w x h grayscale progressive JPEG (w and h multiples of 64) with a DC
-// scan and then acScans identical AC scans, each a few bytes: end-of-band runs of 16384
-// blocks (libjpeg ends the last one with the scan). Each scan still costs the decoder a pass
-// over every block.
+// scan and then acScans identical AC first scans of the full band, each a few bytes:
+// end-of-band runs of 16384 blocks (libjpeg ends the last one with the scan). Each scan still
+// costs the decoder a pass over every block.
 func eobScansJPEG(w, h, acScans int) []byte {
+	return progressiveEOBJPEG(w, h, slices.Repeat([][3]byte{{1, 63, 0x00}}, acScans))
+}
+
+// progressiveEOBJPEG is eobScansJPEG with the AC scans given as {Ss, Se, Ah<<4|Al}.
+func progressiveEOBJPEG(w, h int, acScans [][3]byte) []byte {
 	if w%64 != 0 || h%64 != 0 {
-		panic("eobScansJPEG: w and h must be multiples of 64")
+		panic("progressiveEOBJPEG: w and h must be multiples of 64")
 	}
 	blocks := (w / 8) * (h / 8)
 	runs := (blocks + 16383) / 16384
@@ -384,10 +390,42 @@ func eobScansJPEG(w, h, acScans int) []byte {
 	if pad := len(run)*8 - runs*15; pad > 0 {
 		run[len(run)-1] = byte(1<<pad - 1) // padded with 1 bits
 	}
-	for range acScans {
-		seg(0xDA, []byte{1, 1, 0x00, 1, 63, 0})
-		b.Write(run)
+	for _, sc := range acScans {
+		seg(0xDA, []byte{1, 1, 0x00, sc[0], sc[1], sc[2]})
+		b.Write(run) // in a refinement scan too: no coefficient is nonzero, so no correction bits
 	}
+	b.Write([]byte{0xFF, 0xD9})
+	return b.Bytes()
+}
+
+// sequentialScansJPEG crafts a w x h 3-component sequential (baseline) JPEG, w and h multiples
+// of 64, scanned one component at a time: the luma scan lumaScans times, then each chroma
+// scan once. Every block is a zero DC difference and an end of block: 2 bits.
+func sequentialScansJPEG(w, h, lumaScans int) []byte {
+	if w%64 != 0 || h%64 != 0 {
+		panic("sequentialScansJPEG: w and h must be multiples of 64")
+	}
+	blocks := (w / 8) * (h / 8)
+	var b bytes.Buffer
+	seg := func(marker byte, payload []byte) {
+		b.Write([]byte{0xFF, marker, byte((len(payload) + 2) >> 8), byte(len(payload) + 2)})
+		b.Write(payload)
+	}
+	b.Write([]byte{0xFF, 0xD8})
+	seg(0xDB, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...))
+	seg(0xC0, []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 3, 1, 0x11, 0, 2, 0x11, 0, 3, 0x11, 0}) // SOF0
+	seg(0xC4, append([]byte{0x00, 1}, append(make([]byte, 15), 0x00)...))                                     // DC: "0" is category 0
+	seg(0xC4, append([]byte{0x10, 1}, append(make([]byte, 15), 0x00)...))                                     // AC: "0" is EOB
+	data := make([]byte, blocks/4)
+	scan := func(comp byte) {
+		seg(0xDA, []byte{1, comp, 0x00, 0, 63, 0})
+		b.Write(data)
+	}
+	for range lumaScans {
+		scan(1)
+	}
+	scan(2)
+	scan(3)
 	b.Write([]byte{0xFF, 0xD9})
 	return b.Bytes()
 }
@@ -421,5 +459,23 @@ func TestProgressiveScansAreBudgeted(t *testing.T) {
 	// The decoder is pooled: the count starts again with each image.
 	if err := p.Process(ok, row); err != nil {
 		t.Fatalf("the 61-scan file after refused ones: %v", err)
+	}
+	// AC refinement scans visit every coefficient of their band: each counts 4 passes here.
+	firstThenRefine := func(refines int) []byte {
+		return progressiveEOBJPEG(2048, 2048, append([][3]byte{{1, 63, 0x01}}, slices.Repeat([][3]byte{{1, 63, 0x10}}, refines)...))
+	}
+	if err := p.Process(firstThenRefine(10), row); err != nil { // 1 + 1 + 10*4 passes
+		t.Fatalf("10 refinement scans over 2048x2048: %v", err)
+	}
+	if err := p.Process(firstThenRefine(30), row); !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "pass over its blocks") {
+		t.Fatalf("30 refinement scans over 2048x2048 (32 scans, 122 passes by weight): %v, want a refusal of the scans", err)
+	}
+	// A sequential file scans each component once; repeating one is refused (498 repeats of
+	// an arithmetic-coded luma scan over 7040x7040, 10.7 KB, took 6.4 s).
+	if err := p.Process(sequentialScansJPEG(1024, 1024, 1), row); err != nil {
+		t.Fatalf("a sequential file scanned a component at a time: %v", err)
+	}
+	if err := p.Process(sequentialScansJPEG(1024, 1024, 40), row); !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "more than once") {
+		t.Fatalf("a sequential file with 40 luma scans: %v, want a refusal", err)
 	}
 }

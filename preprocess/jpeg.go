@@ -28,13 +28,20 @@ typedef struct {
 	long long scan_blocks, max_scan_blocks; // blocks the scans so far cover, and the most allowed
 } igjpeg;
 
-// A progressive JPEG's scans each cost a pass over the blocks of the components they hold,
-// whatever the DCT scale. A scan with nothing but one end-of-band run is a few bytes: 500 of
-// them over a 7000x7000 canvas made a 133 KB file that took 3.3 s of CPU (a normal photo
-// takes 4 ms). So the scans may pass over the image's blocks IG_MAX_PASSES times in all
-// (libjpeg's own progression makes 5 passes; encoders that optimize their scans, some 10), or
-// cover IG_FREE_SCAN_BLOCKS blocks in all (a 4-megapixel image 64 times, some 40 ms of such
-// scans), if that is more; and there are never more than IG_MAX_SCANS scans.
+// A multi-scan JPEG's scans each cost a pass over the blocks of the components they hold,
+// whatever the DCT scale, and a scan can be a few bytes (one end-of-band run in a progressive
+// file, a few arithmetic-coded bits in a sequential one): 500 of them over a 7000x7000 canvas
+// made a 133 KB file that took 3.3 s of CPU (a normal photo takes 4 ms), and 498 repeats of
+// the luma scan of a sequential arithmetic-coded 7040x7040 file, 10.7 KB, took 6.4 s. So:
+//   - a sequential file scans each component once (the standard's rule): its scans may cover
+//     the image's blocks once in all;
+//   - a progressive file's scans may pass over the image's blocks IG_MAX_PASSES times in all
+//     (libjpeg's own progression makes about 7 passes by the count below; encoders that
+//     optimize their scans, some 10), or cover IG_FREE_SCAN_BLOCKS blocks (a 4-megapixel image
+//     64 times, some 40 ms of such scans) if that is more. An AC refinement scan visits every
+//     coefficient of its band in every block even in an end-of-band run (4 times the cost of
+//     a first scan over the full band, measured): it counts ceil(band/16) passes;
+//   - and there are never more than IG_MAX_SCANS scans.
 #define IG_MAX_SCANS 500
 #define IG_MAX_PASSES 64
 #define IG_FREE_SCAN_BLOCKS (1LL << 22)
@@ -64,15 +71,20 @@ static void ig_progress(j_common_ptr c) {
 		snprintf(g->msg, sizeof g->msg, "progressive JPEG with more than %d scans", IG_MAX_SCANS);
 		longjmp(g->jb, 1);
 	}
-	if (d->input_scan_number == g->scan || !d->progressive_mode) return;
+	if (d->input_scan_number == g->scan) return;
 	g->scan = d->input_scan_number;
+	long long weight = 1;
+	if (d->progressive_mode && d->Ss > 0 && d->Ah != 0) weight = (d->Se - d->Ss + 1 + 15) / 16;
 	for (int i = 0; i < d->comps_in_scan; i++) {
 		jpeg_component_info *ci = d->cur_comp_info[i];
-		g->scan_blocks += (long long)ci->width_in_blocks * ci->height_in_blocks;
+		g->scan_blocks += weight * ci->width_in_blocks * ci->height_in_blocks;
 	}
 	if (g->scan_blocks > g->max_scan_blocks) {
-		snprintf(g->msg, sizeof g->msg, "progressive JPEG whose %d scans pass over its blocks more than %d times",
-			d->input_scan_number, IG_MAX_PASSES);
+		if (d->progressive_mode)
+			snprintf(g->msg, sizeof g->msg, "progressive JPEG whose %d scans pass over its blocks more than %d times",
+				d->input_scan_number, IG_MAX_PASSES);
+		else
+			snprintf(g->msg, sizeof g->msg, "sequential JPEG that scans a component more than once");
 		longjmp(g->jb, 1);
 	}
 }
@@ -133,8 +145,12 @@ static int ig_jpeg_header(igjpeg *g, const unsigned char *buf, unsigned long siz
 	}
 	g->scan = 0;
 	g->scan_blocks = 0;
-	g->max_scan_blocks = blocks * IG_MAX_PASSES;
-	if (g->max_scan_blocks < IG_FREE_SCAN_BLOCKS) g->max_scan_blocks = IG_FREE_SCAN_BLOCKS;
+	if (g->d.progressive_mode) {
+		g->max_scan_blocks = blocks * IG_MAX_PASSES;
+		if (g->max_scan_blocks < IG_FREE_SCAN_BLOCKS) g->max_scan_blocks = IG_FREE_SCAN_BLOCKS;
+	} else {
+		g->max_scan_blocks = blocks;
+	}
 	return 0;
 }
 
