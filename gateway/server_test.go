@@ -698,6 +698,18 @@ func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
 // once and the connection closes; the server does not read on, taking the bytes that follow
 // for another chunk header, until server.read_timeout.
 func TestBrokenChunkedBodyIsAnsweredAtOnce(t *testing.T) {
+	_, r := answerWithinReadTimeout(t, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"fffffffffffffffff\r\nabc\r\n0\r\n\r\n")
+	if r.StatusCode != 400 || !r.Close {
+		t.Fatalf("%d, connection close %v; want 400 and close", r.StatusCode, r.Close)
+	}
+}
+
+// answerWithinReadTimeout sends raw on a new connection to a server with a read_timeout of a
+// minute and model m, and returns the server and the answer, which must come within a third of
+// that timeout.
+func answerWithinReadTimeout(t *testing.T, raw string) (*testServer, *http.Response) {
+	t.Helper()
 	o := testOptions()
 	o.ReadTimeout = time.Minute
 	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
@@ -705,37 +717,21 @@ func TestBrokenChunkedBodyIsAnsweredAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second)) // a third of read_timeout
-	fmt.Fprintf(c, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n"+
-		"fffffffffffffffff\r\nabc\r\n0\r\n\r\n")
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(c, raw)
 	r, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("no answer before a third of read_timeout: %v", err)
 	}
-	if r.StatusCode != 400 || !r.Close {
-		t.Fatalf("%d, connection close %v; want 400 and close", r.StatusCode, r.Close)
-	}
+	return ts, r
 }
 
 // TestRefusalOnTheHeaderDoesNotWaitForTheBody: a body declared over max_body_bytes gets its
 // 413 as soon as the request's first body bytes are in, not once 8 KiB of them are (fasthttp's
 // pre-read), from a client that sends slowly; a body under the limit is still read whole.
 func TestRefusalOnTheHeaderDoesNotWaitForTheBody(t *testing.T) {
-	o := testOptions()
-	o.ReadTimeout = time.Minute
-	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
-	c, err := ts.ln.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second)) // a third of read_timeout
-	fmt.Fprintf(c, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n{}", 2<<20)
-	r, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer before a third of read_timeout: %v", err)
-	}
+	ts, r := answerWithinReadTimeout(t, fmt.Sprintf("POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n{}", 2<<20))
 	if r.StatusCode != 413 || !r.Close {
 		t.Fatalf("%d, connection close %v; want 413 and close", r.StatusCode, r.Close)
 	}
