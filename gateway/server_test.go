@@ -1024,3 +1024,29 @@ func TestQueuedImagesHoldBytes(t *testing.T) {
 		t.Fatalf("3 requests hold %d bytes of the budget, want %d (a byte per value of a %d-value row, and the body)", held, want, rowLen)
 	}
 }
+
+// TestV2DuplicateKeysAreRefused: an inference request that gives a key twice in one object is
+// ambiguous (JSON leaves open which value counts) and gets a 400 naming the key; before, the
+// last value counted and two "outputs" arrays were merged.
+func TestV2DuplicateKeysAreRefused(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	img := base64.StdEncoding.EncodeToString(solidPNG(t, 16, 16, 3))
+	input := `{"name":"input","shape":[1],"datatype":"BYTES","data":["` + img + `"]}`
+	if r := ts.do("POST", "/v2/models/m/infer", "application/json", []byte(`{"id":"a","inputs":[`+input+`]}`)); r.status != 200 {
+		t.Fatalf("a well-formed request: %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ body, key string }{
+		{`{"id":"a","id":"b","inputs":[` + input + `]}`, `"id"`},
+		{`{"inputs":[` + input + `],"inputs":[` + input + `]}`, `"inputs"`},
+		{`{"inputs":[` + input + `],"outputs":[{"name":"nope"}],"outputs":[]}`, `"outputs"`},
+		{`{"inputs":[{"name":"input","shape":[1],"shape":[2],"datatype":"BYTES","data":["` + img + `"]}]}`, `"inputs[].shape"`},
+		{`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["x"],"data":["` + img + `"]}]}`, `"inputs[].data"`},
+		{`{"inputs":[` + input + `],"outputs":[{"name":"output","name":"output"}]}`, `"outputs[].name"`},
+		{`{"parameters":{},"parameters":{},"inputs":[` + input + `]}`, `"parameters"`},
+	} {
+		r := ts.do("POST", "/v2/models/m/infer", "application/json", []byte(c.body))
+		if r.status != 400 || !strings.Contains(string(r.body), `appears twice`) || !strings.Contains(string(r.body), strings.ReplaceAll(c.key, `"`, `\"`)) {
+			t.Errorf("%s twice: %d %s", c.key, r.status, r.body)
+		}
+	}
+}

@@ -513,15 +513,22 @@ func appendJSONFloat32(b []byte, f float32) []byte {
 // pass, no value kept but the fields below (the input's "data" as its raw span).
 func (v *v2State) parseHeader(b []byte) error {
 	p := jsonScanner{b: b}
+	var seen uint16
 	return p.object(func(key []byte, esc bool) error {
 		switch {
 		case keyEquals(key, esc, "id"):
+			if err := once(&seen, 1, "id"); err != nil {
+				return err
+			}
 			s, err := p.stringValue(maxIDBytes, "id")
 			if err != nil {
 				return err
 			}
 			v.id, v.hasID = append(v.id[:0], s...), true
 		case keyEquals(key, esc, "parameters"):
+			if err := once(&seen, 2, "parameters"); err != nil {
+				return err
+			}
 			return p.object(func(k []byte, esc bool) error {
 				if keyEquals(k, esc, "binary_data_output") {
 					b, err := p.boolValue("parameters.binary_data_output")
@@ -531,6 +538,9 @@ func (v *v2State) parseHeader(b []byte) error {
 				return p.skipValue(0)
 			}, false)
 		case keyEquals(key, esc, "inputs"):
+			if err := once(&seen, 4, "inputs"); err != nil {
+				return err
+			}
 			return p.array(func() error {
 				v.inputs++
 				if v.inputs > 1 {
@@ -539,6 +549,9 @@ func (v *v2State) parseHeader(b []byte) error {
 				return v.parseInput(&p)
 			})
 		case keyEquals(key, esc, "outputs"):
+			if err := once(&seen, 8, "outputs"); err != nil {
+				return err
+			}
 			return p.array(func() error {
 				if len(v.outs) >= maxOutputs {
 					return bodyErr("more than %d outputs requested", maxOutputs)
@@ -553,19 +566,40 @@ func (v *v2State) parseHeader(b []byte) error {
 	}, true)
 }
 
+// once marks bit in *seen for a key of the object being read, and refuses the key a second
+// time: which of two values counts is left open by JSON, so the request is ambiguous (the
+// article's API refuses a second "image" likewise).
+func once(seen *uint16, bit uint16, key string) error {
+	if *seen&bit != 0 {
+		return bodyErr("the key %q appears twice", key)
+	}
+	*seen |= bit
+	return nil
+}
+
 func (v *v2State) parseInput(p *jsonScanner) error {
 	in := &v.in
+	var seen uint16
 	return p.object(func(key []byte, esc bool) error {
 		switch {
 		case keyEquals(key, esc, "name"):
+			if err := once(&seen, 1, "inputs[].name"); err != nil {
+				return err
+			}
 			s, err := p.stringValue(maxNameBytes, "input name")
 			in.name = append(in.name[:0], s...)
 			return err
 		case keyEquals(key, esc, "datatype"):
+			if err := once(&seen, 2, "inputs[].datatype"); err != nil {
+				return err
+			}
 			s, err := p.stringValue(16, "datatype")
 			in.datatype = append(in.datatype[:0], s...)
 			return err
 		case keyEquals(key, esc, "shape"):
+			if err := once(&seen, 4, "inputs[].shape"); err != nil {
+				return err
+			}
 			in.ndim = 0
 			return p.array(func() error {
 				if in.ndim == maxDims {
@@ -580,6 +614,9 @@ func (v *v2State) parseInput(p *jsonScanner) error {
 				return err
 			})
 		case keyEquals(key, esc, "parameters"):
+			if err := once(&seen, 8, "inputs[].parameters"); err != nil {
+				return err
+			}
 			return p.object(func(k []byte, esc bool) error {
 				if keyEquals(k, esc, "binary_data_size") {
 					d, err := p.intValue("binary_data_size")
@@ -592,6 +629,9 @@ func (v *v2State) parseInput(p *jsonScanner) error {
 				return p.skipValue(0)
 			}, false)
 		case keyEquals(key, esc, "data"):
+			if err := once(&seen, 16, "inputs[].data"); err != nil {
+				return err
+			}
 			start := p.i
 			if err := p.skipValue(0); err != nil {
 				return err
@@ -604,13 +644,20 @@ func (v *v2State) parseInput(p *jsonScanner) error {
 }
 
 func (v *v2State) parseOutput(p *jsonScanner, o *v2Output) error {
+	var seen uint16
 	return p.object(func(key []byte, esc bool) error {
 		switch {
 		case keyEquals(key, esc, "name"):
+			if err := once(&seen, 1, "outputs[].name"); err != nil {
+				return err
+			}
 			s, err := p.stringValue(maxNameBytes, "output name")
 			o.name = append(o.name[:0], s...)
 			return err
 		case keyEquals(key, esc, "parameters"):
+			if err := once(&seen, 2, "outputs[].parameters"); err != nil {
+				return err
+			}
 			return p.object(func(k []byte, esc bool) error {
 				switch {
 				case keyEquals(k, esc, "binary_data"):
