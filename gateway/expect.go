@@ -15,8 +15,8 @@ import (
 // its metrics and its reason are the ones handle would give; fasthttp closes the connection
 // after it (a client may have started the body without waiting). A request that is not an
 // inference POST or a POST to the repository API has no use for a body (a health check,
-// /metrics, an unknown path, a wrong method): handle answers it now. Every other request gets "100 Continue" and goes through
-// handle, which checks it again once the body is read.
+// /metrics, an unknown path, a wrong method): handle answers it now. Every other request
+// gets "100 Continue" and goes through handle, which checks it again once the body is read.
 func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 	st := s.expectDecide(fc)
 	if st != fasthttp.StatusContinue {

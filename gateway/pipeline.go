@@ -435,8 +435,9 @@ func (s *Server) readBody(r *request) error {
 // answer.
 func (s *Server) discardBody(r *request, cause error) {
 	if r.bodyBad || errors.Is(cause, errBodyTooLarge) {
-		// The stream failed (a malformed chunk size, a timeout, a reset): reading on would
-		// take what follows for a chunk header and wait for read_timeout.
+		// Too much to read, or a stream that failed (a malformed chunk size, a timeout, a
+		// reset): reading on would take what follows for a chunk header and wait for
+		// read_timeout. The connection closes by lingering instead.
 		lingerOnClose(r.fc)
 		return
 	}

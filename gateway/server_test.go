@@ -830,7 +830,7 @@ func TestFreeListKeepsAtMostMax(t *testing.T) {
 // which keeps everything given back for two collections, and a server that allocates so
 // little collects rarely: after a 4x overload, some 60 MB stayed in the heap.)
 func TestBurstDoesNotStayInTheHeap(t *testing.T) {
-	const burst = 48
+	const burst = 96
 	o := testOptions()
 	o.MaxInflightBytes = 32 << 20 // the free lists keep up to 4 MiB each
 	o.MaxConnections = burst + 8
@@ -893,9 +893,11 @@ func TestBurstDoesNotStayInTheHeap(t *testing.T) {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	if grown > 2*keep {
-		t.Fatalf("the heap grew by %d bytes over the burst of %d bodies of %d bytes, want at most %d (what the free lists keep)",
-			grown, burst, len(img), 2*keep)
+	// What the body list keeps, plus slack for the runtime's and fasthttp's own caches (1.3 MB
+	// of them with 8 CPUs); the burst's bodies are 26 MB.
+	if limit := keep + 6<<20; grown > limit {
+		t.Fatalf("the heap grew by %d bytes over the burst of %d bodies of %d bytes, want at most %d (what the body list keeps, and slack)",
+			grown, burst, len(img), limit)
 	}
 }
 
