@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -326,6 +327,7 @@ type conn struct {
 	t        *connTracker
 	lineDone bool // the current request's first line has ended (serving goroutine only)
 	linger   bool // close by lingerClose: the request's body was left unread (serving goroutine only)
+	opening  opening // the connection's first request line, checked as it arrives (serving goroutine only)
 
 	idleSince time.Time
 	requests  int
@@ -337,11 +339,74 @@ type conn struct {
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if !c.opening.done && n > 0 {
+		if perr := c.opening.check(b[:n]); perr != nil {
+			return 0, perr // fasthttp answers it through handleParseError, and closes
+		}
+	}
 	if !c.lineDone && n > 0 && bytes.IndexByte(b[:n], '\n') >= 0 {
 		c.lineDone = true
 	}
 	return n, err
 }
+
+// opening checks the first request line of a connection as its bytes arrive, for the two
+// openings that fasthttp would wait on until read_timeout (30 s) and then answer 408: a
+// client that is not speaking HTTP/1.x at all (most often a TLS handshake, from an https://
+// URL pointed at this plain-HTTP port), whose first byte cannot begin a method; and a request
+// line ended by a bare LF, as hand-written requests (printf | nc) send it: fasthttp waits
+// for a header block ended by CRLFCRLF, which such a client never sends. Both get a 400 at
+// once that says what was wrong. Only the connection's first line is checked: a client
+// that opens well does not switch, and a request line can only be told from body bytes at
+// the start of a connection.
+type opening struct {
+	started bool // a byte has arrived
+	done    bool // the first line ended, or the check gave up
+	last    byte // the byte before this read's
+}
+
+func (o *opening) check(b []byte) error {
+	if !o.started {
+		o.started = true
+		if c := b[0]; c != '\r' && c != '\n' && !isTokenByte(c) {
+			o.done = true
+			if c == 0x16 { // a TLS record carrying a handshake
+				return errTLSOnPlainPort
+			}
+			return errNotHTTP
+		}
+	}
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		o.last = b[len(b)-1]
+		return nil
+	}
+	o.done = true
+	prev := o.last
+	if i > 0 {
+		prev = b[i-1]
+	}
+	if prev != '\r' && (i > 0 || o.last != 0) { // a line with bytes, ended by a bare LF
+		return errBareLF
+	}
+	return nil
+}
+
+// isTokenByte reports whether c may appear in an HTTP token (RFC 9110's tchar), as a method's
+// bytes must.
+func isTokenByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+var (
+	errTLSOnPlainPort = errors.New("gateway: a TLS handshake on a plain-HTTP port")
+	errNotHTTP        = errors.New("gateway: not an HTTP/1.x request")
+	errBareLF         = errors.New("gateway: a request line ended by a bare LF")
+)
 
 func (c *conn) Write(b []byte) (int, error) {
 	c.lineDone = false

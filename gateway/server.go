@@ -524,6 +524,12 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	case errors.As(err, &ne) && ne.Timeout():
 		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request (server.read_timeout)")
+	case errors.Is(err, errTLSOnPlainPort):
+		writeError(ctx, fasthttp.StatusBadRequest, "this port speaks plain HTTP, not TLS: use http://, not https://")
+	case errors.Is(err, errNotHTTP):
+		writeError(ctx, fasthttp.StatusBadRequest, "not an HTTP/1.x request: a request line starts with a method, such as POST")
+	case errors.Is(err, errBareLF):
+		writeError(ctx, fasthttp.StatusBadRequest, "the request line ends with a bare LF: HTTP/1.1 lines end with CRLF")
 	default:
 		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
 	}

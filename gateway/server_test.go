@@ -705,6 +705,49 @@ func TestBrokenChunkedBodyIsAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// TestOpeningsThatAreNotHTTPAreAnsweredAtOnce: a TLS handshake sent to this plain-HTTP port
+// (an https:// URL), bytes that cannot begin a request, and a request line ended by a bare LF
+// (printf | nc) each get a 400 that says what was wrong, at once: fasthttp waited for a
+// CRLFCRLF that never comes, until read_timeout, then answered 408. A request whose CR and LF
+// arrive in separate reads is still served.
+func TestOpeningsThatAreNotHTTPAreAnsweredAtOnce(t *testing.T) {
+	clientHello := "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + strings.Repeat("\x2a", 32)
+	for _, tc := range []struct{ name, raw, says string }{
+		{"tls", clientHello, "TLS"},
+		{"binary", "\x00\x01\x02\x03", "not an HTTP/1.x request"},
+		{"bare LF", "GET /v2/health/ready HTTP/1.1\nHost: gw\n\n", "bare LF"},
+		{"bare LF, HTTP/1.0", "GET /v2/health/live HTTP/1.0\n\n", "bare LF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, r := answerWithinReadTimeout(t, tc.raw)
+			body, _ := io.ReadAll(r.Body)
+			if r.StatusCode != 400 || !r.Close || !strings.Contains(string(body), tc.says) {
+				t.Fatalf("%d, connection close %v, %s; want 400, close and %q", r.StatusCode, r.Close, body, tc.says)
+			}
+		})
+	}
+	t.Run("CR and LF apart", func(t *testing.T) {
+		o := testOptions()
+		ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+		c, err := ts.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		for _, piece := range []string{"GET /v2/health/live HTTP/1.1\r", "\nHost: gw\r\n", "\r\n"} {
+			if _, err := io.WriteString(c, piece); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // separate reads
+		}
+		r, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("%v %v; want 200", r, err)
+		}
+	})
+}
+
 // answerWithinReadTimeout sends raw on a new connection to a server with a read_timeout of a
 // minute and model m, and returns the server and the answer, which must come within a third of
 // that timeout.
