@@ -207,28 +207,19 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 		})
 		t.byName[name] = vs
 	}
-	if scope == "" {
+	switch {
+	case scope == "":
+		// The repository's first model is /predict/'s default, loaded or not: when it is
+		// unloaded or failed to load, /predict/ answers 503 rather than falling back to another
+		// model, whose answer (its labels, under a 200) the client did not ask for.
 		t.first = ""
-		for _, sp := range specs {
-			if len(t.byName[sp.Name]) > 0 {
-				t.first = sp.Name
-				break
-			}
+		if len(specs) > 0 {
+			t.first = specs[0].Name
 		}
-	}
-	if t.byName[t.first] == nil {
-		t.first = ""
-		for _, sp := range specs {
-			if len(t.byName[sp.Name]) > 0 {
-				t.first = sp.Name
-				break
-			}
-		}
-		for name := range t.byName {
-			if t.first == "" || name < t.first {
-				t.first = name
-			}
-		}
+	case t.first == "" && len(t.byName[scope]) > 0:
+		// Models added one at a time (AddModel): the first one added is the default. A model
+		// loaded or unloaded on its own (the repository API) leaves the default as it is.
+		t.first = scope
 	}
 	s.models.Store(t)
 	for _, m := range fresh {

@@ -465,10 +465,14 @@ func isHealthPath(p string) bool {
 	return p == "/" || p == "/metrics" || strings.HasPrefix(p, "/v2/health/") || strings.HasSuffix(p, "/ready")
 }
 
-// noModel answers /predict/ when no model is served.
+// noModel answers /predict/ when its default model (the repository's first) is not served.
 func (s *Server) noModel(ctx *fasthttp.RequestCtx) int {
 	ctx.Response.Header.Set("Retry-After", s.retryAfter)
-	writeError(ctx, fasthttp.StatusServiceUnavailable, "no model is being served (the server is starting or draining)")
+	msg := "no model is being served (the server is starting or draining)"
+	if name := s.models.Load().first; name != "" && !s.draining.Load() {
+		msg = fmt.Sprintf("the default model %q is not loaded (unloaded through the repository API, or it failed to load); other models are served at /models/{name}/predict", truncate(name, 100))
+	}
+	writeError(ctx, fasthttp.StatusServiceUnavailable, msg)
 	return fasthttp.StatusServiceUnavailable
 }
 

@@ -705,6 +705,42 @@ func TestBrokenChunkedBodyIsAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// TestDefaultModelStaysTheFirst: /predict/ serves the first model. While it is unloaded
+// through the repository API, /predict/ answers 503 naming it, never another model's answer (it
+// fell back to another model, with that model's labels under a 200, and kept serving it after
+// the first was loaded again); once loaded again, /predict/ serves it.
+func TestDefaultModelStaysTheFirst(t *testing.T) {
+	first := modelOpts("first", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)})
+	first.Labels = []string{"first-0", "first-1", "first-2"}
+	other := modelOpts("other", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)})
+	other.Labels = []string{"other-0", "other-1", "other-2"}
+	ts := newTestServer(t, testOptions(), first, other)
+	img := solidPNG(t, 20, 10, 100)
+	served := func(want string) {
+		t.Helper()
+		r := ts.do("POST", "/predict/", "image/png", img)
+		if r.status != 200 || !strings.Contains(string(r.body), want) {
+			t.Fatalf("/predict/: %d %s; want 200 from %s", r.status, r.body, want)
+		}
+	}
+	served("first-")
+	if err := ts.s.UnloadModel("first"); err != nil {
+		t.Fatal(err)
+	}
+	r := ts.do("POST", "/predict/", "image/png", img)
+	if r.status != 503 || !strings.Contains(string(r.body), `default model \"first\" is not loaded`) {
+		t.Fatalf("/predict/ with its model unloaded: %d %s; want 503 naming it", r.status, r.body)
+	}
+	if r := ts.do("POST", "/models/other/predict", "image/png", img); r.status != 200 || !strings.Contains(string(r.body), "other-") {
+		t.Fatalf("the other model: %d %s", r.status, r.body)
+	}
+	first.Runners = RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}
+	if err := ts.s.AddModel(first); err != nil {
+		t.Fatal(err)
+	}
+	served("first-")
+}
+
 // TestOpeningsThatAreNotHTTPAreAnsweredAtOnce: a TLS handshake sent to this plain-HTTP port
 // (an https:// URL), bytes that cannot begin a request, and a request line ended by a bare LF
 // (printf | nc) each get a 400 that says what was wrong, at once: fasthttp waited for a
