@@ -325,8 +325,8 @@ const backlogDrain = 20 * time.Millisecond
 type conn struct {
 	net.Conn
 	t        *connTracker
-	lineDone bool // the current request's first line has ended (serving goroutine only)
-	linger   bool // close by lingerClose: the request's body was left unread (serving goroutine only)
+	lineDone bool    // the current request's first line has ended (serving goroutine only)
+	linger   bool    // close by lingerClose: the request's body was left unread (serving goroutine only)
 	opening  opening // the connection's first request line, checked as it arrives (serving goroutine only)
 
 	idleSince time.Time
