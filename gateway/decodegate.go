@@ -47,8 +47,10 @@ type decodeGate struct {
 	waiters                 sync.Pool
 }
 
-// heavyPixelBytes is the decoded size (width × height × channels × bytes per sample) above
-// which an image is heavy: 48 MiB, a 16-megapixel RGB photo.
+// heavyPixelBytes is the decode work (preprocess's Info.WorkBytes: width × height × bytes per
+// pixel of the RGB or gray rows it makes, plus a TIFF's per-strip overhead) above which an
+// image is heavy: 48 MiB, a 16-megapixel RGB photo. A 7000x7000 GIF screen around a 1x1
+// frame, or a 1-bit palette PNG of 50 megapixels, is heavy though its stored pixels are not.
 const heavyPixelBytes = 48 << 20
 
 type waiter struct {

@@ -158,6 +158,35 @@ func tiffTag(t []byte, tag uint32) (uint32, bool) {
 	return 0, false
 }
 
+// tiffTagCount returns how many values tag has in a TIFF's first IFD (a
+// strip's or tile's offsets: one per strip or tile).
+func tiffTagCount(t []byte, tag uint32) (uint32, bool) {
+	if len(t) < 8 || (string(t[:2]) != "II" && string(t[:2]) != "MM") {
+		return 0, false
+	}
+	u16 := func(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 }
+	u32 := func(b []byte) uint32 { return u16(b) | u16(b[2:])<<16 }
+	if t[0] == 'M' {
+		u16 = func(b []byte) uint32 { return uint32(b[1]) | uint32(b[0])<<8 }
+		u32 = func(b []byte) uint32 { return u16(b)<<16 | u16(b[2:]) }
+	}
+	off := u32(t[4:])
+	if off < 8 || uint64(off)+2 > uint64(len(t)) {
+		return 0, false
+	}
+	p := int(off) + 2
+	for range int(u16(t[off:])) {
+		if p+12 > len(t) {
+			return 0, false
+		}
+		if u16(t[p:]) == tag {
+			return u32(t[p+4:]), true
+		}
+		p += 12
+	}
+	return 0, false
+}
+
 // orientMap describes output pixel (x, y) = input pixel (sx, sy) with
 // sx = x or y, possibly reversed, and likewise sy.
 type orientMap struct {

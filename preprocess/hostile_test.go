@@ -2,6 +2,7 @@ package preprocess
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -477,5 +478,116 @@ func TestProgressiveScansAreBudgeted(t *testing.T) {
 	}
 	if err := p.Process(sequentialScansJPEG(1024, 1024, 40), row); !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "more than once") {
 		t.Fatalf("a sequential file with 40 luma scans: %v, want a refusal", err)
+	}
+}
+
+// tiledGrayTIFF is a little-endian 8-bit gray TIFF of w x h pixels in tile x tile tiles, every
+// tile pointing at the same stored tile: a deflate stream of zeros when compression is 8, raw
+// zeros when 1 (the shape of a tile bomb: a small file, one decompressor per tile).
+func tiledGrayTIFF(w, h, tile int, compression uint16) []byte {
+	raw := make([]byte, tile*tile)
+	data := raw
+	if compression == 8 {
+		var z bytes.Buffer
+		zw := zlib.NewWriter(&z)
+		zw.Write(raw)
+		zw.Close()
+		data = z.Bytes()
+	}
+	nt := ((w + tile - 1) / tile) * ((h + tile - 1) / tile)
+	const entries = 10
+	offsets := 8 + 2 + 12*entries + 4
+	counts := offsets + 4*nt
+	dataAt := counts + 4*nt
+	le := binary.LittleEndian
+	b := le.AppendUint32([]byte("II*\x00"), 8)
+	b = le.AppendUint16(b, entries)
+	entry := func(tag, typ uint16, n, v uint32) {
+		b = le.AppendUint16(b, tag)
+		b = le.AppendUint16(b, typ)
+		b = le.AppendUint32(b, n)
+		if typ == 3 && n == 1 {
+			b = le.AppendUint16(b, uint16(v))
+			b = le.AppendUint16(b, 0)
+		} else {
+			b = le.AppendUint32(b, v)
+		}
+	}
+	entry(256, 4, 1, uint32(w))
+	entry(257, 4, 1, uint32(h))
+	entry(258, 3, 1, 8)
+	entry(259, 3, 1, uint32(compression))
+	entry(262, 3, 1, 1) // BlackIsZero
+	entry(277, 3, 1, 1)
+	entry(322, 3, 1, uint32(tile))
+	entry(323, 3, 1, uint32(tile))
+	entry(324, 4, uint32(nt), uint32(offsets))
+	entry(325, 4, uint32(nt), uint32(counts))
+	b = le.AppendUint32(b, 0)
+	for range nt {
+		b = le.AppendUint32(b, uint32(dataAt))
+	}
+	for range nt {
+		b = le.AppendUint32(b, uint32(len(data)))
+	}
+	return append(b, data...)
+}
+
+// TestTIFFTilesAreBounded: a TIFF may have at most max(16384, pixels/1024) strips or tiles.
+// Each costs a read and, compressed, a decompressor of its own: a 1.5 MB file of 192k 16x16
+// tiles over 7000x7000, all one 20-byte deflate stream, took 2.8 s of a decode worker. The
+// refusal comes from the header (Probe), before any decoding; tiles of 32x32 pass, and count
+// in the decode's work (WorkBytes) beyond their pixels.
+func TestTIFFTilesAreBounded(t *testing.T) {
+	p := mustNew(t, Options{Width: 32, Height: 32, Resize: 40, MaxPixels: 1 << 26})
+	row := make([]float32, p.SlotLen())
+	for _, compression := range []uint16{8, 1} {
+		bomb := tiledGrayTIFF(4096, 4096, 16, compression) // 65536 tiles, limit 16384
+		if _, err := p.Probe(bomb); !errors.Is(err, ErrUnsupportedFormat) || !strings.Contains(err.Error(), "strips or tiles") {
+			t.Fatalf("compression %d, 65536 tiles of 16x16: Probe says %v; want the tile count refused", compression, err)
+		}
+		if err := p.Process(bomb, row); !errors.Is(err, ErrUnsupportedFormat) {
+			t.Fatalf("compression %d, 65536 tiles of 16x16: Process says %v", compression, err)
+		}
+		ok := tiledGrayTIFF(4096, 4096, 32, compression) // 16384 tiles
+		info, err := p.Probe(ok)
+		if err != nil {
+			t.Fatalf("compression %d, 16384 tiles of 32x32: %v", compression, err)
+		}
+		if err := p.Process(ok, row); err != nil {
+			t.Fatalf("compression %d, 16384 tiles of 32x32: %v", compression, err)
+		}
+		if pixels := int64(4096 * 4096 * 3); info.WorkBytes <= pixels {
+			t.Fatalf("compression %d: WorkBytes %d, not above the pixels' %d", compression, info.WorkBytes, pixels)
+		}
+	}
+}
+
+// TestBMPWithoutItsRowsIsRefusedAtTheHeader: an uncompressed BMP's header declaring 7000x7000
+// with no pixel rows after it (54 bytes) is refused by Probe; the codec allocated its whole
+// canvas, 196 MB, before finding the rows missing. A whole BMP still decodes.
+func TestBMPWithoutItsRowsIsRefusedAtTheHeader(t *testing.T) {
+	p := mustNew(t, Options{Width: 32, Height: 32, Resize: 40, MaxPixels: 1 << 26})
+	bmpHeader := func(w, h int) []byte {
+		le := binary.LittleEndian
+		b := []byte("BM")
+		b = le.AppendUint32(b, uint32(54+w*h*4))
+		b = le.AppendUint32(b, 0)
+		b = le.AppendUint32(b, 54) // pixel data offset
+		b = le.AppendUint32(b, 40) // BITMAPINFOHEADER
+		b = le.AppendUint32(b, uint32(w))
+		b = le.AppendUint32(b, uint32(h))
+		b = le.AppendUint16(b, 1)
+		b = le.AppendUint16(b, 32) // bits per pixel
+		b = le.AppendUint32(b, 0)  // BI_RGB
+		b = le.AppendUint32(b, uint32(w*h*4))
+		return append(b, make([]byte, 16)...)
+	}
+	if _, err := p.Probe(bmpHeader(7000, 7000)); !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "need") {
+		t.Fatalf("a 7000x7000 BMP header alone: %v; want refused for its missing rows", err)
+	}
+	whole := append(bmpHeader(40, 30), make([]byte, 40*30*4)...)
+	if err := p.Process(whole, make([]float32, p.SlotLen())); err != nil {
+		t.Fatalf("a whole 40x30 BMP: %v", err)
 	}
 }

@@ -16,6 +16,14 @@ type Info struct {
 	// DecodedBytes is Width*Height*Channels*BytesPerSample: the size of the
 	// raw pixels the header declares, whatever this package does with them.
 	DecodedBytes int64
+	// WorkBytes measures the decode's CPU work, in bytes of the rows it
+	// produces: every image becomes 8-bit (or 16-bit) RGB or gray rows that
+	// the resampler reads, so it is Width*Height*max(Channels,3)*
+	// BytesPerSample (a palette, 1-bit or gray image, and a GIF's whole
+	// screen, cost as much to expand and resample as RGB), plus a TIFF's
+	// per-strip or per-tile overhead. Decodes that cost more than a
+	// 16-megapixel RGB photo (48 MiB) are heavy to the gateway.
+	WorkBytes int64
 	// PeakBytes is the memory a Process call on these bytes holds at its
 	// peak under this Preprocessor's options (DCT scale, resize and crop), in
 	// both heaps: the Go heap (pixel buffers, resampler scratch, what a Go
@@ -72,6 +80,7 @@ func (p *Preprocessor) probe(data []byte) (Info, memUse, error) {
 		return Info{}, memUse{}, err
 	}
 	info.DecodedBytes = int64(info.Width) * int64(info.Height) * int64(info.Channels) * int64(info.BytesPerSample)
+	info.WorkBytes += int64(info.Width) * int64(info.Height) * int64(max(info.Channels, 3)) * int64(info.BytesPerSample)
 	info.PeakBytes = mem.peak()
 	return info, mem, nil
 }
