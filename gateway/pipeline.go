@@ -386,7 +386,12 @@ func (s *Server) readBody(r *request) error {
 		case errors.Is(err, errBodyTooLarge), errors.Is(err, errOverloaded), errors.Is(err, errTooLarge):
 			return err
 		}
-		return bodyErr("cannot read the request body: %v", err)
+		// fasthttp's error text quotes what it could not parse (a trailer line, a chunk
+		// size): never sent back, nor logged.
+		if declared == -1 {
+			return bodyErr("cannot read the request body: its chunked encoding is malformed (a chunk size, a CRLF or a trailer line)")
+		}
+		return bodyErr("cannot read the request body: the connection ended before Content-Length bytes")
 	}
 	r.bodyDone = true
 	if declared >= 0 && int64(len(body)) != declared {

@@ -784,6 +784,22 @@ func TestOpeningsThatAreNotHTTPAreAnsweredAtOnce(t *testing.T) {
 	})
 }
 
+// TestBodyErrorsDoNotEchoTheRequest: a malformed chunk size or trailer line is answered with
+// our words only; fasthttp's error text, which quoted the line (a 3 KB Authorization trailer
+// came back whole), is neither sent nor logged.
+func TestBodyErrorsDoNotEchoTheRequest(t *testing.T) {
+	for _, tail := range []string{
+		"3\r\nabc\r\n0\r\nAuthorization Bearer-secret-token\r\n\r\n", // a trailer line without a colon
+		"3 secret-token\r\nabc\r\n0\r\n\r\n",                        // a chunk size followed by junk
+	} {
+		_, r := answerWithinReadTimeout(t, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n"+tail)
+		body, _ := io.ReadAll(r.Body)
+		if r.StatusCode != 400 || strings.Contains(string(body), "secret") || !strings.Contains(string(body), "chunked") {
+			t.Fatalf("%q: %d %s; want 400 naming the chunked encoding, without the request's bytes", tail, r.StatusCode, body)
+		}
+	}
+}
+
 // answerWithinReadTimeout sends raw on a new connection to a server with a read_timeout of a
 // minute and model m, and returns the server and the answer, which must come within a third of
 // that timeout.
