@@ -1140,6 +1140,11 @@ func TestV2DuplicateKeysAreRefused(t *testing.T) {
 		{`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["x"],"data":["` + img + `"]}]}`, `"inputs[].data"`},
 		{`{"inputs":[` + input + `],"outputs":[{"name":"output","name":"output"}]}`, `"outputs[].name"`},
 		{`{"parameters":{},"parameters":{},"inputs":[` + input + `]}`, `"parameters"`},
+		// and the parameters read inside them (the last one counted)
+		{`{"parameters":{"binary_data_output":true,"binary_data_output":false},"inputs":[` + input + `]}`, `"parameters.binary_data_output"`},
+		{`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","parameters":{"binary_data_size":5,"binary_data_size":7}}]}`, `"inputs[].parameters.binary_data_size"`},
+		{`{"inputs":[` + input + `],"outputs":[{"name":"output","parameters":{"binary_data":true,"binary_data":false}}]}`, `"outputs[].parameters.binary_data"`},
+		{`{"inputs":[` + input + `],"outputs":[{"name":"output","parameters":{"classification":1,"classification":2}}]}`, `"outputs[].parameters.classification"`},
 	} {
 		r := ts.do("POST", "/v2/models/m/infer", "application/json", []byte(c.body))
 		if r.status != 400 || !strings.Contains(string(r.body), `appears twice`) || !strings.Contains(string(r.body), strings.ReplaceAll(c.key, `"`, `\"`)) {

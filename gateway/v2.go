@@ -529,8 +529,12 @@ func (v *v2State) parseHeader(b []byte) error {
 			if err := once(&seen, 2, "parameters"); err != nil {
 				return err
 			}
+			var pseen uint16
 			return p.object(func(k []byte, esc bool) error {
 				if keyEquals(k, esc, "binary_data_output") {
+					if err := once(&pseen, 1, "parameters.binary_data_output"); err != nil {
+						return err
+					}
 					b, err := p.boolValue("parameters.binary_data_output")
 					v.binaryOutput = b
 					return err
@@ -617,8 +621,12 @@ func (v *v2State) parseInput(p *jsonScanner) error {
 			if err := once(&seen, 8, "inputs[].parameters"); err != nil {
 				return err
 			}
+			var pseen uint16
 			return p.object(func(k []byte, esc bool) error {
 				if keyEquals(k, esc, "binary_data_size") {
+					if err := once(&pseen, 1, "inputs[].parameters.binary_data_size"); err != nil {
+						return err
+					}
 					d, err := p.intValue("binary_data_size")
 					if err == nil && d < 0 {
 						err = bodyErr("binary_data_size must not be negative")
@@ -658,9 +666,13 @@ func (v *v2State) parseOutput(p *jsonScanner, o *v2Output) error {
 			if err := once(&seen, 2, "outputs[].parameters"); err != nil {
 				return err
 			}
+			var pseen uint16
 			return p.object(func(k []byte, esc bool) error {
 				switch {
 				case keyEquals(k, esc, "binary_data"):
+					if err := once(&pseen, 1, "outputs[].parameters.binary_data"); err != nil {
+						return err
+					}
 					b, err := p.boolValue("binary_data")
 					o.binary = 0
 					if b {
@@ -668,6 +680,9 @@ func (v *v2State) parseOutput(p *jsonScanner, o *v2Output) error {
 					}
 					return err
 				case keyEquals(k, esc, "classification"):
+					if err := once(&pseen, 2, "outputs[].parameters.classification"); err != nil {
+						return err
+					}
 					d, err := p.intValue("classification")
 					if err == nil && (d < 1 || d > math.MaxInt32) {
 						err = bodyErr("classification must be a positive count, got %d", d)
