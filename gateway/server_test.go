@@ -790,7 +790,7 @@ func TestOpeningsThatAreNotHTTPAreAnsweredAtOnce(t *testing.T) {
 func TestBodyErrorsDoNotEchoTheRequest(t *testing.T) {
 	for _, tail := range []string{
 		"3\r\nabc\r\n0\r\nAuthorization Bearer-secret-token\r\n\r\n", // a trailer line without a colon
-		"3 secret-token\r\nabc\r\n0\r\n\r\n",                        // a chunk size followed by junk
+		"3 secret-token\r\nabc\r\n0\r\n\r\n",                         // a chunk size followed by junk
 	} {
 		_, r := answerWithinReadTimeout(t, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n"+tail)
 		body, _ := io.ReadAll(r.Body)
