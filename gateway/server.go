@@ -383,6 +383,23 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	path := string(ctx.Path())
+	if proto := ctx.Request.Header.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
+		// fasthttp reads any HTTP/x.y request line and answers it as HTTP/1.1.
+		lingerOnClose(ctx)
+		writeError(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.1 and HTTP/1.0 are served, not "+truncate(string(proto), 20))
+		return
+	}
+	if !isInferencePath(path) {
+		// A body that the answer did not need (a POST to /metrics, a health check, an unknown
+		// path) is read and dropped, so that the next request on the connection is read from
+		// where it starts (fasthttp drops 256 KiB at most, then closes). Inference paths read
+		// or drain their bodies themselves.
+		defer func() {
+			if !ctx.Response.ConnectionClose() {
+				s.drainBody(ctx)
+			}
+		}()
+	}
 	if c, ok := ctx.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
 		// Over server.max_connections with no idle connection to close: only health and
 		// metrics are served on this connection.
@@ -458,6 +475,18 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // overflowMessage is the refusal over server.max_connections.
 func overflowMessage(max int) string {
 	return fmt.Sprintf("the server has %d connections open (server.max_connections); try again", max)
+}
+
+// isInferencePath: the paths whose requests go through the pipeline (which reads or drains
+// their bodies).
+func isInferencePath(p string) bool {
+	switch {
+	case p == "/predict/" || p == "/predict":
+		return true
+	case strings.HasPrefix(p, "/models/"), strings.HasPrefix(p, "/v2/models/"):
+		return strings.HasSuffix(p, "/predict") || strings.HasSuffix(p, "/predict/") || strings.HasSuffix(p, "/infer")
+	}
+	return false
 }
 
 // isHealthPath: the paths served even over the connection limit.

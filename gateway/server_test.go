@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -797,6 +798,39 @@ func TestBodyErrorsDoNotEchoTheRequest(t *testing.T) {
 		if r.StatusCode != 400 || strings.Contains(string(body), "secret") || !strings.Contains(string(body), "chunked") {
 			t.Fatalf("%q: %d %s; want 400 naming the chunked encoding, without the request's bytes", tail, r.StatusCode, body)
 		}
+	}
+}
+
+// TestUnneededBodiesAreDropped: a body sent to a path that does not read it (metrics, health,
+// the version, an unknown path) is read and dropped, so that a request pipelined after it is
+// answered; fasthttp dropped 256 KiB at most and closed the connection, losing the next request.
+// A request line naming another HTTP version than 1.0 or 1.1 gets 505.
+func TestUnneededBodiesAreDropped(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	for _, path := range []string{"/metrics", "/v2/health/ready", "/v2", "/", "/nope", "/v2/repository/index"} {
+		c, err := ts.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		body := strings.Repeat("x", 600<<10)
+		go io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: gw\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body+
+			"GET /v2/health/live HTTP/1.1\r\nHost: gw\r\n\r\n")
+		br := bufio.NewReader(c)
+		first, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		io.Copy(io.Discard, first.Body)
+		next, err := http.ReadResponse(br, nil)
+		if err != nil || next.StatusCode != 200 {
+			t.Fatalf("POST %s with a 600 KiB body (%d), then a pipelined request: %v %v", path, first.StatusCode, next, err)
+		}
+		c.Close()
+	}
+	_, r := answerWithinReadTimeout(t, "GET /v2/health/live HTTP/2.0\r\nHost: gw\r\n\r\n")
+	if r.StatusCode != 505 {
+		t.Fatalf("HTTP/2.0 in the request line: %d, want 505", r.StatusCode)
 	}
 }
 
