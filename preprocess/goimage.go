@@ -22,6 +22,9 @@ func (p *Preprocessor) decodeWebP(data []byte, s *scratch, out sink) error {
 	if err := p.checkPixels("WebP", cfg.Width, cfg.Height); err != nil {
 		return err
 	}
+	if webpAnimated(data) {
+		return errWebPAnimated
+	}
 	img, err := webp.Decode(bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("cannot decode WebP: %v: %w", err, ErrBadImage)
@@ -296,6 +299,15 @@ type webpHeader struct {
 	alpha    int // 0 none, 1 raw alpha plane, 2 VP8L-compressed alpha plane
 }
 
+// webpAnimated reports whether a WebP declares an animation (the VP8X
+// chunk's A flag): golang.org/x/image/webp decodes none, and said only
+// "invalid format".
+func webpAnimated(b []byte) bool {
+	return len(b) >= 21 && string(b[12:16]) == "VP8X" && b[20]&0x02 != 0
+}
+
+var errWebPAnimated = fmt.Errorf("cannot decode WebP: animated WebP is not supported (send one frame as a still image): %w", ErrUnsupportedFormat)
+
 // parseWebPHeader classifies a WebP from its first chunks; the dimensions
 // come from webp.DecodeConfig.
 func parseWebPHeader(b []byte) webpHeader {
@@ -337,6 +349,9 @@ func (p *Preprocessor) probeWebP(data []byte) (Info, memUse, error) {
 	}
 	if err := p.checkPixels("WebP", cfg.Width, cfg.Height); err != nil {
 		return Info{}, memUse{}, err
+	}
+	if webpAnimated(data) {
+		return Info{}, memUse{}, errWebPAnimated
 	}
 	h := parseWebPHeader(data)
 	info := Info{Format: "webp", Width: cfg.Width, Height: cfg.Height, Channels: 3, BytesPerSample: 1}

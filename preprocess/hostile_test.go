@@ -591,3 +591,31 @@ func TestBMPWithoutItsRowsIsRefusedAtTheHeader(t *testing.T) {
 		t.Fatalf("a whole 40x30 BMP: %v", err)
 	}
 }
+
+// TestAnimatedWebPIsUnsupported: a WebP whose VP8X chunk declares an animation gets
+// ErrUnsupportedFormat (415) with a message that says so, from Probe and from Process; the
+// codec decodes no animation and said "invalid format" (400).
+func TestAnimatedWebPIsUnsupported(t *testing.T) {
+	p := mustNew(t, Options{Width: 32, Height: 32, Resize: 40})
+	le := binary.LittleEndian
+	chunk := func(b []byte, fourcc string, payload []byte) []byte {
+		b = append(b, fourcc...)
+		b = le.AppendUint32(b, uint32(len(payload)))
+		b = append(b, payload...)
+		if len(payload)%2 == 1 {
+			b = append(b, 0)
+		}
+		return b
+	}
+	vp8x := []byte{0x02, 0, 0, 0, 63, 0, 0, 47, 0, 0} // the animation flag; a 64x48 canvas
+	body := chunk(chunk(nil, "VP8X", vp8x), "ANIM", make([]byte, 6))
+	body = chunk(body, "ANMF", make([]byte, 16))
+	webp := append(le.AppendUint32([]byte("RIFF"), uint32(4+len(body))), "WEBP"...)
+	webp = append(webp, body...)
+	if _, err := p.Probe(webp); !errors.Is(err, ErrUnsupportedFormat) || !strings.Contains(err.Error(), "animated") {
+		t.Fatalf("Probe: %v; want an unsupported animated WebP", err)
+	}
+	if err := p.Process(webp, make([]float32, p.SlotLen())); !errors.Is(err, ErrUnsupportedFormat) {
+		t.Fatalf("Process: %v; want an unsupported animated WebP", err)
+	}
+}
