@@ -66,7 +66,7 @@ type modelImpl interface {
 type sampleSet interface {
 	len() int
 	// decode preprocesses an encoded image into sample i's row (samples for images).
-	decode(i int, img []byte) error
+	decode(ctx context.Context, i int, img []byte) error
 	// tensorJSON fills every row from JSON tensor data (flat or nested numbers, row-major;
 	// samples for tensor data).
 	tensorJSON(data []byte) error
@@ -330,15 +330,15 @@ type samplesOf[T Elem] struct {
 
 func (s *samplesOf[T]) len() int { return len(s.jobs) }
 
-func (s *samplesOf[T]) decode(i int, img []byte) error {
+func (s *samplesOf[T]) decode(ctx context.Context, i int, img []byte) error {
 	if px := s.jobs[i].px; px != nil {
-		return s.t.m.pre.ProcessUint8(img, px)
+		return s.t.m.pre.ProcessUint8Context(ctx, img, px)
 	}
 	switch row := any(s.jobs[i].row).(type) {
 	case []float32:
-		return s.t.m.pre.Process(img, row)
+		return s.t.m.pre.ProcessContext(ctx, img, row)
 	case []uint8:
-		return s.t.m.pre.ProcessUint8(img, row)
+		return s.t.m.pre.ProcessUint8Context(ctx, img, row)
 	}
 	panic("unreachable")
 }

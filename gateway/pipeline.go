@@ -307,7 +307,8 @@ func (r *request) decodeImage(i int, img []byte) error {
 				err = fmt.Errorf("cannot decode the image: the decoder failed: %w", preprocess.ErrBadImage)
 			}
 		}()
-		return samples.decode(i, img)
+		// The request's context: a decode stops when its client leaves or its deadline passes.
+		return samples.decode(r.rctx, i, img)
 	}
 	t := time.Now()
 	if heavy {
@@ -316,6 +317,9 @@ func (r *request) decodeImage(i int, img []byte) error {
 		err = cpuBound(decode)
 	}
 	d := time.Since(t)
+	if err != nil && r.rctx.Err() != nil {
+		d = 0 // stopped part-way (the client left, the deadline passed): not a decode time
+	}
 	s.gate.release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())
 	return err

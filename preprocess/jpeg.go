@@ -26,6 +26,8 @@ typedef struct {
 	size_t in_use;  // mallinfo2's bytes in use then (all arenas, mmapped blocks included)
 	int scan;       // the input scan last counted
 	long long scan_blocks, max_scan_blocks; // blocks the scans so far cover, and the most allowed
+	volatile int *stop; // during ig_jpeg_decode: non-zero when the caller's context ended
+	int stopped;        // the decode stopped for it
 } igjpeg;
 
 // A multi-scan JPEG's scans each cost a pass over the blocks of the components they hold,
@@ -66,6 +68,11 @@ static void ig_output_message(j_common_ptr c) { (void)c; }
 static void ig_progress(j_common_ptr c) {
 	igjpeg *g = (igjpeg *)c->client_data;
 	if (!c->is_decompressor) return;
+	if (g->stop != NULL && *g->stop) { // once per scanline read, and per iMCU row of input consumed
+		g->stopped = 1;
+		snprintf(g->msg, sizeof g->msg, "stopped: the caller's context ended");
+		longjmp(g->jb, 1);
+	}
 	j_decompress_ptr d = (j_decompress_ptr)c;
 	if (d->input_scan_number > IG_MAX_SCANS) {
 		snprintf(g->msg, sizeof g->msg, "progressive JPEG with more than %d scans", IG_MAX_SCANS);
@@ -184,7 +191,20 @@ static int ig_jpeg_has_eoi(igjpeg *g);
 // must hold (ig_jpeg_has_eoi; g->truncated when it does not); a multi-scan
 // file was read whole by jpeg_start_decompress. -1 on error; *rows counts the
 // window's rows written, *ow and *oh are the full output size.
+static int ig_jpeg_decode_stop(igjpeg *g, int num, int gray, int cmyk, unsigned char *dst, long pitch,
+		int *x0, int *cw, int y0, int y1, int *rows, int *ow, int *oh);
+
+// ig_jpeg_decode decodes as ig_jpeg_decode_stop does, watching *stop (when not NULL) for the
+// duration of the call only: the pointer is not kept after it returns.
 static int ig_jpeg_decode(igjpeg *g, int num, int gray, int cmyk, unsigned char *dst, long pitch,
+		int *x0, int *cw, int y0, int y1, int *rows, int *ow, int *oh, int *stop) {
+	g->stop = stop;
+	int rc = ig_jpeg_decode_stop(g, num, gray, cmyk, dst, pitch, x0, cw, y0, y1, rows, ow, oh);
+	g->stop = NULL;
+	return rc;
+}
+
+static int ig_jpeg_decode_stop(igjpeg *g, int num, int gray, int cmyk, unsigned char *dst, long pitch,
 		int *x0, int *cw, int y0, int y1, int *rows, int *ow, int *oh) {
 	*rows = 0;
 	if (setjmp(g->jb)) return -1;
@@ -528,7 +548,11 @@ func (p *Preprocessor) decodeJPEGWindow(d *jpegDecoder, pl *jpegPlan, win *jpegW
 	d.out = [3]C.int{}
 	d.crop = [2]C.int{C.int(win.x0), C.int(cw)}
 	rc := C.ig_jpeg_decode(d.g, C.int(pl.num), cbool(pl.gray), cbool(pl.cmyk), (*C.uchar)(unsafe.Pointer(unsafe.SliceData(buf))),
-		C.long(cw*bpp), &d.crop[0], &d.crop[1], C.int(win.y0), C.int(win.y1), &d.out[0], &d.out[1], &d.out[2])
+		C.long(cw*bpp), &d.crop[0], &d.crop[1], C.int(win.y0), C.int(win.y1), &d.out[0], &d.out[1], &d.out[2],
+		(*C.int)(unsafe.Pointer(s.stop)))
+	if rc != 0 && d.g.stopped != 0 {
+		return source{}, errStopped
+	}
 	if rc != 0 {
 		return source{}, fmt.Errorf("cannot decode JPEG: %s: %w", d.message(), ErrBadImage)
 	}

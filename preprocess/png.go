@@ -313,6 +313,9 @@ func (p *Preprocessor) pngRows(d *pngDecoder, pl *pngPlan, cv *pngConverter, j *
 		if y < j.yFirst {
 			n = min(n, j.yFirst-y)
 		}
+		if s.stopped() {
+			return errStopped
+		}
 		got := C.ig_png_rows(d.ctx, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(raw))), C.size_t(pl.rowBytes), C.size_t(pl.rowBytes), C.int(n), &d.eoi)
 		if got < 0 {
 			return fmt.Errorf("cannot decode PNG: row %d: %s: %w", y, spngError(got), ErrBadImage)
@@ -352,7 +355,10 @@ func (p *Preprocessor) pngInterlaced(d *pngDecoder, pl *pngPlan, cv *pngConverte
 	region := *s.rot
 	s.dec = s.buf(pl.rowBytes + pl.w*pl.ch) // one pass scanline, raw and converted
 	raw, conv := (*s.dec)[:pl.rowBytes], (*s.dec)[pl.rowBytes:]
-	for {
+	for i := 0; ; i++ {
+		if i%64 == 0 && s.stopped() {
+			return errStopped
+		}
 		rc := C.ig_png_pass_row(d.ctx, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(raw))), C.size_t(pl.rowBytes), &d.pass, &d.row)
 		if rc != 0 && rc != C.SPNG_EOI {
 			return fmt.Errorf("cannot decode PNG: interlaced row: %s: %w", spngError(rc), ErrBadImage)

@@ -3,6 +3,7 @@ package preprocess
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // Pixel buffers come from size-classed pools (powers of two from 64 KiB to
@@ -64,7 +65,13 @@ type scratch struct {
 	// (everything is allocated for it and dropped after); the differential
 	// tests compare it with the pooled path.
 	fresh bool
+	// stop, when not nil, turns non-zero when the caller's context ends
+	// (ProcessContext): the JPEG and PNG decoders then stop within a few rows.
+	stop *int32
 }
+
+// stopped reports whether the caller's context has ended.
+func (s *scratch) stopped() bool { return s.stop != nil && atomic.LoadInt32(s.stop) != 0 }
 
 // buf returns a pixel buffer of length n, pooled unless s is fresh.
 func (s *scratch) buf(n int) *[]byte {
@@ -89,7 +96,7 @@ func putScratch(s *scratch) {
 	putBuf(s.dec)
 	putBuf(s.rot)
 	putBuf(s.in)
-	s.dec, s.rot, s.in = nil, nil, nil
+	s.dec, s.rot, s.in, s.stop = nil, nil, nil, nil
 	if cap(s.tmp) > maxScratchKeep {
 		s.tmp = nil
 	}

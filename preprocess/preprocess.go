@@ -1,9 +1,11 @@
 package preprocess
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 )
 
 // Sentinel errors. Every error returned by Process and ProcessUint8 wraps
@@ -212,8 +214,54 @@ func (p *Preprocessor) Process(data []byte, dst []float32) error {
 	if len(dst) < p.SlotLen() {
 		return fmt.Errorf("preprocess: destination holds %d values, a slot needs %d", len(dst), p.SlotLen())
 	}
-	return p.run(data, sink{f32: dst[:p.SlotLen()]})
+	return p.run(data, sink{f32: dst[:p.SlotLen()]}, nil)
 }
+
+// ProcessContext is Process that stops when ctx ends: before decoding, and
+// during a JPEG or PNG decode (within a few rows; the other codecs run to
+// their end). Its error then wraps context.Cause(ctx). A gateway stops the
+// decode of a request whose client has left or whose deadline has passed.
+func (p *Preprocessor) ProcessContext(ctx context.Context, data []byte, dst []float32) error {
+	if len(dst) < p.SlotLen() {
+		return fmt.Errorf("preprocess: destination holds %d values, a slot needs %d", len(dst), p.SlotLen())
+	}
+	return p.runContext(ctx, data, sink{f32: dst[:p.SlotLen()]})
+}
+
+// ProcessUint8Context is ProcessUint8 that stops when ctx ends, as
+// ProcessContext does.
+func (p *Preprocessor) ProcessUint8Context(ctx context.Context, data []byte, dst []uint8) error {
+	if len(dst) < p.SlotLen() {
+		return fmt.Errorf("preprocess: destination holds %d values, a slot needs %d", len(dst), p.SlotLen())
+	}
+	return p.runContext(ctx, data, sink{u8: dst[:p.SlotLen()]})
+}
+
+// runContext is run, stopped when ctx ends.
+func (p *Preprocessor) runContext(ctx context.Context, data []byte, out sink) error {
+	if ctx.Done() == nil {
+		return p.run(data, out, nil)
+	}
+	if ctx.Err() != nil {
+		return stoppedError(ctx)
+	}
+	stop := new(int32)
+	unwatch := context.AfterFunc(ctx, func() { atomic.StoreInt32(stop, 1) })
+	defer unwatch()
+	err := p.run(data, out, stop)
+	if err != nil && atomic.LoadInt32(stop) != 0 {
+		return stoppedError(ctx)
+	}
+	return err
+}
+
+func stoppedError(ctx context.Context) error {
+	return fmt.Errorf("preprocess: the decode stopped: %w", context.Cause(ctx))
+}
+
+// errStopped is what a decoder returns when its caller's context ended
+// (runContext replaces it with the context's cause).
+var errStopped = errors.New("preprocess: stopped")
 
 // ProcessUint8 is Process for models with uint8 input: it writes the
 // resized, cropped RGB values 0..255 (no normalization) in the configured
@@ -222,7 +270,7 @@ func (p *Preprocessor) ProcessUint8(data []byte, dst []uint8) error {
 	if len(dst) < p.SlotLen() {
 		return fmt.Errorf("preprocess: destination holds %d values, a slot needs %d", len(dst), p.SlotLen())
 	}
-	return p.run(data, sink{u8: dst[:p.SlotLen()]})
+	return p.run(data, sink{u8: dst[:p.SlotLen()]}, nil)
 }
 
 // Expand writes into dst[:SlotLen()] the values Process writes for the image
@@ -257,7 +305,8 @@ func (p *Preprocessor) Expand(dst []float32, src []uint8) error {
 }
 
 // run is the whole pipeline: detect, check limits, decode, orient, resample.
-func (p *Preprocessor) run(data []byte, out sink) error {
+// A non-nil stop turning non-zero stops a JPEG or PNG decode (errStopped).
+func (p *Preprocessor) run(data []byte, out sink, stop *int32) error {
 	if len(data) == 0 {
 		return fmt.Errorf("empty body: %w", ErrBadImage)
 	}
@@ -268,6 +317,7 @@ func (p *Preprocessor) run(data []byte, out sink) error {
 		s = getScratch()
 		defer putScratch(s)
 	}
+	s.stop = stop
 	// Every decoder feeds the resampler the rows it reads, as it goes.
 	switch f := detectFormat(data); f {
 	case formatJPEG:
