@@ -199,7 +199,7 @@ func (r Runtime) ShareSession() bool { return r.Sessions != "per_instance" }
 
 // Load reads, defaults and validates the configuration file at path.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read config: %w", err)
 	}
@@ -445,9 +445,20 @@ func (c *Config) Validate() error {
 		bad("server.max_body_bytes", "must be at least 1KiB, got %d", s.MaxBodyBytes)
 	}
 	for name, d := range map[string]Duration{"read_timeout": s.ReadTimeout, "write_timeout": s.WriteTimeout,
-		"idle_timeout": s.IdleTimeout, "shutdown_timeout": s.ShutdownTimeout, "retry_after": s.RetryAfter} {
-		if d < 0 {
+		"idle_timeout": s.IdleTimeout, "shutdown_timeout": s.ShutdownTimeout, "retry_after": s.RetryAfter,
+		"drain_delay": s.DrainDelay} {
+		switch {
+		case d < 0:
 			bad("server."+name, "must not be negative, got %s", d)
+		case d > Duration(maxServerDuration):
+			bad("server."+name, "must be at most %s, got %s", maxServerDuration, d)
+		}
+	}
+	// Timeouts under which nothing can be read or written: with write_timeout 1ns the server
+	// reported ready and dropped every response.
+	for name, d := range map[string]Duration{"read_timeout": s.ReadTimeout, "write_timeout": s.WriteTimeout, "idle_timeout": s.IdleTimeout} {
+		if d > 0 && d < Duration(minIOTimeout) {
+			bad("server."+name, "must be at least %s, got %s", minIOTimeout, d)
 		}
 	}
 	// Keys whose zero means nothing (the default is what an omitted key gets): an explicit zero
@@ -467,9 +478,6 @@ func (c *Config) Validate() error {
 	if s.MaxConnections < 0 || s.MaxConnections > 1000000 {
 		bad("server.max_connections", "must be in [1, 1000000], got %d", s.MaxConnections)
 	}
-	if s.DrainDelay < 0 {
-		bad("server.drain_delay", "must not be negative, got %s", s.DrainDelay)
-	}
 	if s.MaxInflightBytes < 1<<20 {
 		bad("server.max_inflight_bytes", "must be at least 1MiB, got %d", s.MaxInflightBytes)
 	} else if lim := MemoryLimit(); int64(s.MaxInflightBytes) > lim {
@@ -488,12 +496,17 @@ func (c *Config) Validate() error {
 	for i := range c.Models {
 		m := &c.Models[i]
 		f := fmt.Sprintf("models[%d]", i)
-		if m.Name != "" {
-			f = fmt.Sprintf("models[%d] (%s)", i, m.Name)
+		if name := m.Name; name != "" {
+			if len(name) > 64 {
+				name = name[:64] + "…"
+			}
+			f = fmt.Sprintf("models[%d] (%s)", i, name)
 		}
 		switch {
 		case m.Name == "":
 			bad(f+".name", "is required")
+		case len(m.Name) > MaxModelName:
+			bad(f+".name", "has %d bytes, more than %d", len(m.Name), MaxModelName)
 		case !validName(m.Name) || m.Name[0] == '_' || m.Name[0] == '.':
 			bad(f+".name", "%q may hold only letters, digits, '.', '_' and '-', and must start with a letter or digit", m.Name)
 		case strings.HasSuffix(m.Name, ".tensor"):
@@ -623,7 +636,7 @@ func (c *Config) Validate() error {
 
 // LoadLabels reads a label file: a JSON array of strings, or one label per line.
 func LoadLabels(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxLabelBytes)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read labels: %w", err)
 	}
@@ -782,3 +795,45 @@ func firstExisting(paths ...string) string {
 	}
 	return ""
 }
+
+// ReadFile reads a configuration, label or token file: a regular file (a device such as
+// /dev/zero, a FIFO or a directory never ends or blocks) of at most max bytes.
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%s has %d bytes, more than the %d allowed", path, st.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s has more than the %d bytes allowed", path, max)
+	}
+	return b, err
+}
+
+// Bounds of server durations: a day at most (drain_delay + shutdown_timeout overflowed when
+// both were 1500000h), and read/write/idle timeouts of at least 100 ms.
+const (
+	maxServerDuration = 24 * time.Hour
+	minIOTimeout      = 100 * time.Millisecond
+)
+
+// MaxModelName bounds a model's name (it is a metric label on every series of the model).
+const MaxModelName = 128
+
+// Limits of the files ReadFile reads.
+const (
+	MaxConfigBytes = 16 << 20
+	MaxLabelBytes  = 16 << 20
+	MaxTokenBytes  = 4 << 10
+)

@@ -79,6 +79,15 @@ func TestStrictAndValidation(t *testing.T) {
 		{"server: {max_connections: 2000000}\nmodels: [{name: m, path: p}]\n", "server.max_connections"},
 		{"server: {drain_delay: -1s}\nmodels: [{name: m, path: p}]\n", "server.drain_delay"},
 		{"models: [{name: m.tensor, path: p}]\n", "names a model's tensor interface"},
+		// bounds found by a hostile review: sizes that wrapped to 0 (the default), durations
+		// whose sum overflowed, timeouts under which nothing is answered, a name that becomes a
+		// metric label on every series
+		{"server: {max_body_bytes: 17179869184GiB}\nmodels: [{name: m, path: p}]\n", "too large"},
+		{"server: {max_inflight_bytes: 9223372036854775807KiB}\nmodels: [{name: m, path: p}]\n", "too large"},
+		{"server: {drain_delay: 1500000h, shutdown_timeout: 1500000h}\nmodels: [{name: m, path: p}]\n", "server.drain_delay: must be at most 24h"},
+		{"server: {write_timeout: 1ns}\nmodels: [{name: m, path: p}]\n", "server.write_timeout: must be at least 100ms"},
+		{"server: {read_timeout: 1ms}\nmodels: [{name: m, path: p}]\n", "server.read_timeout: must be at least 100ms"},
+		{"models: [{name: " + strings.Repeat("m", 129) + ", path: p}]\n", "more than 128"},
 	} {
 		_, err := Parse([]byte(tc.yaml), "/x")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -106,6 +115,29 @@ func TestMeaningfulZeros(t *testing.T) {
 		if isZeroScalar(v) {
 			t.Errorf("%q is not zero", v)
 		}
+	}
+}
+
+// TestReadFileRefusesDevicesAndHugeFiles: the config, label and token files are read only when
+// regular and within their limit: /dev/zero as a label or token file hung the start (hashing
+// it) or grew the process to gigabytes.
+func TestReadFileRefusesDevicesAndHugeFiles(t *testing.T) {
+	if _, err := ReadFile("/dev/zero", MaxTokenBytes); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("/dev/zero: %v", err)
+	}
+	if _, err := LoadLabels("/dev/zero"); err == nil {
+		t.Fatal("labels from /dev/zero were read")
+	}
+	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("a directory as the config: %v", err)
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	os.WriteFile(big, make([]byte, MaxTokenBytes+1), 0o600)
+	if _, err := ReadFile(big, MaxTokenBytes); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a file over its limit: %v", err)
+	}
+	if b, err := ReadFile(big, MaxTokenBytes+1); err != nil || len(b) != MaxTokenBytes+1 {
+		t.Fatalf("a file at its limit: %d bytes, %v", len(b), err)
 	}
 }
 

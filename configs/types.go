@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"math"
 	"fmt"
 	"strconv"
 	"strings"
@@ -59,6 +60,9 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {
 		return fmt.Errorf("line %d: cannot parse size %q (want e.g. 1048576 or \"16MiB\")", n.Line, n.Value)
+	}
+	if v > math.MaxInt64/mult {
+		return fmt.Errorf("line %d: size %q is too large (at most 8 EiB)", n.Line, n.Value)
 	}
 	*b = ByteSize(v * mult)
 	return nil

@@ -276,9 +276,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.aborted.Store(true)
 		s.abortFn(errDraining)
 		s.conns.interruptReads()
-		expired, cancel := context.WithCancel(context.Background())
-		cancel()
-		s.closeModels(expired) // queued samples are answered batcher.ErrClosed
+		s.dropQueued() // queued samples are answered batcher.ErrClosed
 		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 		defer cancel()
 		if !s.waitIdle(grace) {
@@ -305,7 +303,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.applyMu.Lock() // a reload in progress finishes first; none starts after
 	s.stopped = true
 	s.applyMu.Unlock()
-	if err := s.closeModels(context.Background()); err != nil {
+	// The models stop: their batchers end once the batches still running have (after an
+	// abort, a batch may outlive its requests' answers: it is given abortGrace, then left to
+	// the process's exit). Every accepted request has its answer by now, or errs says so.
+	closeCtx := context.Background()
+	if s.aborted.Load() {
+		var cancel context.CancelFunc
+		closeCtx, cancel = context.WithTimeout(closeCtx, abortGrace)
+		defer cancel()
+	}
+	if err := s.closeModels(closeCtx); err != nil {
 		errs = append(errs, err)
 	}
 	s.retiring.Wait()
@@ -360,6 +367,18 @@ func (s *Server) inflightDone() {
 		s.idle = nil
 	}
 	s.inflightMu.Unlock()
+}
+
+// dropQueued answers every queued sample of every model batcher.ErrClosed (the drain is out of
+// time); batches already running finish. The models are closed later (closeModels).
+func (s *Server) dropQueued() {
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, vs := range s.models.Load().byName {
+		for _, m := range vs {
+			m.impl.close(expired)
+		}
+	}
 }
 
 // closeModels closes every model (see model.close).

@@ -742,6 +742,39 @@ func TestDefaultModelStaysTheFirst(t *testing.T) {
 	served("first-")
 }
 
+// TestShutdownPastItsTimeoutSucceeds: when shutdown_timeout passes with a batch still running
+// and a request queued, the queued one is answered 503 draining, the running one once its batch
+// ends, and Shutdown returns nil (the process exits 0): every accepted request was answered.
+// It returned the models' "context canceled" from the aborted close, and the process exited 1.
+func TestShutdownPastItsTimeoutSucceeds(t *testing.T) {
+	f := newFake[float32](3*side*side, 3, 4)
+	o := modelOpts("m", RunnersOf[float32]{f})
+	o.Batching.MaxBatchSize = 1
+	ts := newTestServer(t, testOptions(), o)
+	f.gate = make(chan struct{}) // after the model's warm-up run
+	img := solidPNG(t, 16, 16, 3)
+	answers := make(chan reply, 2)
+	for range 2 {
+		go func() { answers <- ts.do("POST", "/models/m/predict", "image/png", img) }()
+	}
+	for ts.s.inflight.Load() < 2 || ts.s.models.Load().byName["m"][0].impl.queueLen() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	time.AfterFunc(300*time.Millisecond, func() { close(f.gate) }) // the running batch outlasts the timeout
+	if err := ts.s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v; want nil, every request answered", err)
+	}
+	statuses := map[int]int{}
+	for range 2 {
+		statuses[(<-answers).status]++
+	}
+	if statuses[503] < 1 || statuses[503]+statuses[200] != 2 { // the queued one is refused; the running one has its result or a 503
+		t.Fatalf("answers %v; want the queued request's 503 draining, and an answer for the running one", statuses)
+	}
+}
+
 // TestOpeningsThatAreNotHTTPAreAnsweredAtOnce: a TLS handshake sent to this plain-HTTP port
 // (an https:// URL), bytes that cannot begin a request, and a request line ended by a bare LF
 // (printf | nc) each get a 400 that says what was wrong, at once: fasthttp waited for a

@@ -123,7 +123,7 @@ func loadModelDir(dir, name string) (*configs.Config, error) {
 	}
 	doc := map[string]any{}
 	file := filepath.Join(dir, modelDirConfigFile)
-	data, err := os.ReadFile(file)
+	data, err := configs.ReadFile(file, configs.MaxConfigBytes)
 	switch {
 	case err == nil:
 		// Strict first, on the file as written, so errors carry its own line numbers.

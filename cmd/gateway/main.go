@@ -127,8 +127,11 @@ func run(load func(string) (*configs.Config, error), configPath, listen, adminLi
 	polling.Go(func() { // SIGHUP's reloads, off the signal loop: a SIGTERM is never kept waiting
 		for range reloads {
 			t := time.Now()
-			err := srv.Reload()
-			log.Info("reloaded", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
+			if err := srv.Reload(); err != nil {
+				log.Error("reload failed: what was served is still served", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
+			} else {
+				log.Info("reloaded", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond))
+			}
 		}
 	})
 	sig := make(chan os.Signal, 1)
@@ -153,7 +156,22 @@ wait:
 			}
 		}
 	}
-	signal.Stop(sig)
+	// Signals during the drain are noted and ignored: a SIGHUP (logrotate, a config tool) or a
+	// second SIGTERM (a supervisor repeating itself) must not end the drain with the default
+	// action, killing the process under the requests it is answering.
+	drained := make(chan struct{})
+	defer close(drained)
+	go func() {
+		for {
+			select {
+			case s := <-sig:
+				log.Warn("signal ignored: the gateway is draining", "signal", s.String())
+			case <-drained:
+				signal.Stop(sig)
+				return
+			}
+		}
+	}()
 	close(stopPoll)
 	close(reloads)
 	stopStart := time.Now()
@@ -227,7 +245,7 @@ func adminToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := configs.ReadFile(path, configs.MaxTokenBytes)
 	if err != nil {
 		return "", fmt.Errorf("server.admin_token_file: %w", err)
 	}

@@ -112,6 +112,10 @@ func (r *repository) fileSum(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if !st.Mode().IsRegular() {
+		// A device (/dev/zero), a FIFO or a directory: hashing it would never end, or block.
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
 	r.mu.Lock()
 	if r.hashes == nil {
 		r.hashes = map[string]fileHash{}
@@ -162,8 +166,11 @@ func (r *repository) poll(srv *gateway.Server, every time.Duration, stop <-chan 
 		r.mu.Unlock()
 		if changed {
 			start := time.Now()
-			err := srv.Reload()
-			r.log.Info("reloaded", "by", "repository.poll", "took", time.Since(start).Round(time.Millisecond), "err", err)
+			if err := srv.Reload(); err != nil {
+				r.log.Error("reload failed: what was served is still served", "by", "repository.poll", "took", time.Since(start).Round(time.Millisecond), "err", err)
+			} else {
+				r.log.Info("reloaded", "by", "repository.poll", "took", time.Since(start).Round(time.Millisecond))
+			}
 		}
 	}
 }
