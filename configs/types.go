@@ -1,8 +1,8 @@
 package configs
 
 import (
-	"math"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
