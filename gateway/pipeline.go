@@ -598,8 +598,12 @@ func (s *Server) fail(r *request, err error) (int, string) {
 		s.log.Error("inference failed", "model", r.m.name, "err", err)
 	}
 	msg := err.Error()
-	if reason == reasonTimeout && status == fasthttp.StatusGatewayTimeout {
+	switch {
+	case reason == reasonTimeout && status == fasthttp.StatusGatewayTimeout:
 		msg = "the request's deadline passed before it could be answered (X-Request-Timeout or batching.default_timeout)"
+	case reason == reasonDraining && !errors.Is(err, errDraining):
+		// The batcher's "closed": the drain ran out of server.shutdown_timeout.
+		msg = "gateway: draining: the server is shutting down and dropped the requests still queued; retry"
 	}
 	if retryable(reason) {
 		fc.Response.Header.Set("Retry-After", s.retryAfter)

@@ -547,6 +547,46 @@ func TestGracefulDrainAnswersAcceptedRequests(t *testing.T) {
 	}
 }
 
+// TestDrainSurvivesSignalsAndItsTimeout: signals during a drain (SIGHUP, a second SIGTERM,
+// SIGINT) are logged and ignored, and a drain that runs past shutdown_timeout answers what it
+// holds 503 and exits 0. A second signal used to kill the process with its requests unanswered,
+// and a drain past its timeout exited 1.
+func TestDrainSurvivesSignalsAndItsTimeout(t *testing.T) {
+	shared := sharedDir(t)
+	png, _ := os.ReadFile(filepath.Join(shared, "images", "skimage_coffee.png"))
+	g := startGateway(t, "server: {drain_delay: 500ms, shutdown_timeout: 1s}\nmodels:\n"+defaultModelYAML(t, "{max_batch_size: 64, max_queue_delay: 20s}"))
+	const n = 4
+	var wg sync.WaitGroup
+	results := make([]answer, n)
+	for i := range results {
+		wg.Go(func() { results[i] = g.do("POST", "/predict/", "image/png", png) })
+	}
+	waitFor(t, func() bool { return g.metric("gateway_queue_length", "") == n })
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT} {
+		if err := g.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	for i, a := range results {
+		if a.status != 503 || !strings.Contains(string(a.body), "shutting down") && !strings.Contains(string(a.body), "draining") {
+			t.Fatalf("request %d, queued past shutdown_timeout: %d %s; want 503 draining", i, a.status, a.body)
+		}
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Fatalf("gateway exited with %v:\n%s", err, g.log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gateway did not exit:\n%s", g.log())
+	}
+	if strings.Count(g.log(), "signal ignored") != 3 {
+		t.Fatalf("want 3 ignored signals logged:\n%s", g.log())
+	}
+}
+
 func TestPretrainedImageNetModel(t *testing.T) {
 	shared := sharedDir(t)
 	dir := filepath.Join(shared, "models", "mobilenetv2-12-int8")
