@@ -300,9 +300,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.waitIdle(grace)
 		cancel()
 	}
-	s.applyMu.Lock() // a reload in progress finishes first; none starts after
-	s.stopped = true
-	s.applyMu.Unlock()
+	// A reload in progress (loading and warming a model) may finish first, within abortGrace
+	// (none after a drain already out of time); none starts after. One that takes longer is
+	// left running: the drain does not wait for it (a model it loads is not served, and the
+	// process exits under it).
+	wait := time.Now()
+	if !s.aborted.Load() {
+		wait = wait.Add(abortGrace)
+	}
+	for ; ; time.Sleep(10 * time.Millisecond) {
+		if s.applyMu.TryLock() {
+			s.stopped = true
+			s.applyMu.Unlock()
+			break
+		}
+		if time.Now().After(wait) {
+			s.log.Warn("a model reload is still running: the drain does not wait for it")
+			break
+		}
+	}
 	// The models stop: their batchers end once the batches still running have (after an
 	// abort, a batch may outlive its requests' answers: it is given abortGrace, then left to
 	// the process's exit). Every accepted request has its answer by now, or errs says so.

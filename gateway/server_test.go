@@ -775,6 +775,25 @@ func TestShutdownPastItsTimeoutSucceeds(t *testing.T) {
 	}
 }
 
+// TestShutdownDoesNotWaitForAStuckReload: a reload that does not end (a model load or warm-up
+// taking minutes; it hashed /dev/zero forever) holds the drain for abortGrace at most, not until
+// it ends.
+func TestShutdownDoesNotWaitForAStuckReload(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	ts.s.applyMu.Lock() // a reload in progress
+	defer ts.s.applyMu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- ts.s.Shutdown(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain waits for the reload")
+	}
+}
+
 // TestOpeningsThatAreNotHTTPAreAnsweredAtOnce: a TLS handshake sent to this plain-HTTP port
 // (an https:// URL), bytes that cannot begin a request, and a request line ended by a bare LF
 // (printf | nc) each get a 400 that says what was wrong, at once: fasthttp waited for a
