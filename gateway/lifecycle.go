@@ -152,6 +152,11 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 		if old != nil && old.fingerprint == sp.Fingerprint {
 			next[sp.Name] = append(next[sp.Name], old)
 			named[old] = true
+			// What it is served from is as it was (a failed change undone): a failure noted
+			// since is no longer the state.
+			if st, ok := s.states.get(sp.Name, sp.Version); ok && st.reason != "" && st.state == StateReady {
+				s.states.set(sp.Name, sp.Version, StateReady, "")
+			}
 			continue
 		}
 		s.states.set(sp.Name, sp.Version, StateLoading, "")
@@ -285,11 +290,11 @@ type indexEntry struct {
 // their states.
 func (s *Server) index() ([]indexEntry, error) {
 	var specs []ModelSpec
+	var repoErr error
 	if s.repo != nil {
-		var err error
-		if specs, err = s.repo.Specs(); err != nil {
-			return nil, err
-		}
+		// A repository that cannot be read (a config edited to invalid YAML) still lets the
+		// index list what is served, saying why nothing else is known.
+		specs, repoErr = s.repo.Specs()
 	}
 	t := s.models.Load()
 	seen := map[[2]string]bool{}
@@ -309,6 +314,9 @@ func (s *Server) index() ([]indexEntry, error) {
 		}
 		if served && e.State == StateUnavailable {
 			e.State = StateReady
+		}
+		if repoErr != nil && e.Reason == "" {
+			e.Reason = "the repository cannot be read; this version is still served: " + repoErr.Error()
 		}
 		out = append(out, e)
 	}

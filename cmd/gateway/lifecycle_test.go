@@ -301,6 +301,62 @@ func TestBrokenModelKeepsOld(t *testing.T) {
 	}
 }
 
+// TestBrokenConfigIsReported: a configuration edited to invalid YAML, then to a label file that
+// is gone, fails to reload; the served version keeps serving, and the failure shows: the index
+// still lists what is served (it answered 500), a file gone counts as a load failure of its model
+// (it was not counted), and once the configuration is repaired the index's reason clears (it
+// kept the old failure).
+func TestBrokenConfigIsReported(t *testing.T) {
+	ortLib(t)
+	repo := newVersionRepo(t)
+	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
+	good := repoConfig(t, repo.dir, "{max_batch_size: 4, max_queue_delay: 2ms}", "")
+	g := startGatewayFile(t, cfgPath, good)
+	img := colorPNG(t, pixel)
+	served := func(when string) {
+		t.Helper()
+		if status, _, _ := g.inferMeans("/v2/models/m/infer", img); status != 200 {
+			t.Fatalf("%s: %d", when, status)
+		}
+	}
+	index := func() string {
+		t.Helper()
+		status, idx := g.adminPost("/v2/repository/index", "")
+		if status != 200 || !strings.Contains(idx, `"state":"READY"`) {
+			t.Fatalf("index: %d %s", status, idx)
+		}
+		return idx
+	}
+	os.WriteFile(cfgPath, []byte("models: [\n"), 0o644)
+	if status, body := g.adminPost("/v2/repository/reload", ""); status == 200 {
+		t.Fatalf("reload of invalid YAML: %d %s", status, body)
+	}
+	if idx := index(); !strings.Contains(idx, "cannot be read") {
+		t.Fatalf("index with an unreadable configuration: %s", idx)
+	}
+	served("invalid YAML")
+	labels, _ := filepath.Abs("testdata/rgb_labels.txt")
+	os.WriteFile(cfgPath, []byte(strings.Replace(good, labels, labels+".gone", 1)), 0o644)
+	if status, body := g.adminPost("/v2/repository/reload", ""); status == 200 || !strings.Contains(body, "gone") {
+		t.Fatalf("reload with a label file gone: %d %s", status, body)
+	}
+	if v := g.metric("gateway_model_load_failures_total", `model="m"`); v != 1 {
+		t.Errorf("gateway_model_load_failures_total{m} = %v, want 1", v)
+	}
+	if idx := index(); !strings.Contains(idx, "gone") {
+		t.Fatalf("index with a label file gone: %s", idx)
+	}
+	served("a label file gone")
+	os.WriteFile(cfgPath, []byte(good), 0o644)
+	if status, body := g.adminPost("/v2/repository/reload", ""); status != 200 {
+		t.Fatalf("reload after the repair: %d %s", status, body)
+	}
+	if idx := index(); strings.Contains(idx, "reason") {
+		t.Fatalf("index after the repair: %s", idx)
+	}
+	served("repaired")
+}
+
 // TestReloadChangesBatchSize: a changed batching setting takes effect on reload, without a
 // failed request.
 func TestReloadChangesBatchSize(t *testing.T) {

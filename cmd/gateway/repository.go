@@ -79,7 +79,13 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 			mc.Path, mc.Labels = v.Path, v.Labels
 			fp, err := r.fingerprint(mc)
 			if err != nil {
-				return nil, fmt.Errorf("model %s version %s: %w", m.Name, v.Version, err)
+				// This version's files cannot be read (a path gone, not a regular file): it fails
+				// to load on its own, reported as a load failure of this model (the version it
+				// would replace stays served), and the other models reload as usual.
+				specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version,
+					Fingerprint: "unreadable: " + err.Error(), // stable: a poll reloads when the error changes
+					Load:        func() (gateway.ModelOptions, error) { return gateway.ModelOptions{}, err }})
+				continue
 			}
 			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
 				Load: func() (gateway.ModelOptions, error) { return modelOptions(mc) }})
