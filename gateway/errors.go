@@ -47,19 +47,20 @@ func bodyErr(format string, args ...any) error {
 
 // Failure reasons: a closed set, used as metric labels. One spelling each, everywhere.
 const (
-	reasonBadInput   = "bad_input"  // 400, 413 (image or body), 415
-	reasonNotFound   = "not_found"  // 404, 405
-	reasonOverloaded = "overloaded" // 503: memory budget, decode queue, connections
-	reasonQueueFull  = "queue_full" // 503/429: the model's queue
-	reasonShed       = "shed"       // 503: would miss its deadline
-	reasonDraining   = "draining"   // 503 during shutdown
-	reasonTimeout    = "timeout"    // 504 deadline passed; 408 body not received in time
-	reasonCanceled   = "canceled"   // the client went away (no response written)
-	reasonInternal   = "internal"   // 500
+	reasonBadInput    = "bad_input"   // 400, 413 (image or body), 415
+	reasonNotFound    = "not_found"   // 404, 405
+	reasonOverloaded  = "overloaded"  // 503: memory budget, decode queue, connections
+	reasonQueueFull   = "queue_full"  // 503/429: the model's queue
+	reasonShed        = "shed"        // 503: would miss its deadline
+	reasonDraining    = "draining"    // 503 during shutdown
+	reasonUnavailable = "unavailable" // 503: /predict/'s default model is not loaded
+	reasonTimeout     = "timeout"     // 504 deadline passed; 408 body not received in time
+	reasonCanceled    = "canceled"    // the client went away (no response written)
+	reasonInternal    = "internal"    // 500
 )
 
 var failureReasons = []string{reasonBadInput, reasonNotFound, reasonOverloaded, reasonQueueFull, reasonShed,
-	reasonDraining, reasonTimeout, reasonCanceled, reasonInternal}
+	reasonDraining, reasonUnavailable, reasonTimeout, reasonCanceled, reasonInternal}
 
 // statusClientClosed is nginx's 499, "client closed request". It is a metric label only: no
 // response is written to a client that went away.
@@ -100,7 +101,7 @@ func (s *Server) classify(err error) (int, string) {
 // retryable reports whether a failure reason asks the client to come back (Retry-After).
 func retryable(reason string) bool {
 	switch reason {
-	case reasonOverloaded, reasonQueueFull, reasonShed, reasonDraining:
+	case reasonOverloaded, reasonQueueFull, reasonShed, reasonDraining, reasonUnavailable:
 		return true
 	}
 	return false

@@ -25,7 +25,7 @@ func init() { metrics.ExposeMetadata(true) }
 var metricHelp = map[string]string{
 	"gateway_requests_total":                "Inference requests (/predict, /models/M/predict, /v2/models/M/infer) answered, by model, version and HTTP status; an unknown model or version counts as model _unknown (code 499: the client closed its connection; no response was written).",
 	"gateway_request_success_total":         "Inference requests answered 2xx.",
-	"gateway_request_failures_total":        "Inference requests not answered 2xx, by reason: bad_input, not_found, overloaded, queue_full, shed, draining, timeout, canceled, internal.",
+	"gateway_request_failures_total":        "Inference requests not answered 2xx, by reason: bad_input, not_found, overloaded, queue_full, shed, draining, unavailable, timeout, canceled, internal. Unavailable: the default model of /predict/ is not loaded.",
 	"gateway_request_duration_seconds":      "Time from the request's headers to its answer.",
 	"gateway_preprocess_duration_seconds":   "Decode, resize and normalize time of one image.",
 	"gateway_queue_wait_seconds":            "Time from submission to the batcher until the sample is taken into a batch.",

@@ -531,6 +531,13 @@ func isHealthPath(p string) bool {
 
 // noModel answers /predict/ when its default model (the repository's first) is not served.
 func (s *Server) noModel(ctx *fasthttp.RequestCtx) int {
+	// Counted on model _unknown (the default's own series go with it when it is unloaded), so
+	// that an outage of the default model shows in the error rate.
+	reason := reasonUnavailable
+	if s.draining.Load() {
+		reason = reasonDraining
+	}
+	s.met.unknown.observe(fasthttp.StatusServiceUnavailable, reason, 0)
 	ctx.Response.Header.Set("Retry-After", s.retryAfter)
 	msg := "no model is being served (the server is starting or draining)"
 	if name := s.models.Load().first; name != "" && !s.draining.Load() {

@@ -732,6 +732,9 @@ func TestDefaultModelStaysTheFirst(t *testing.T) {
 	if r.status != 503 || !strings.Contains(string(r.body), `default model \"first\" is not loaded`) {
 		t.Fatalf("/predict/ with its model unloaded: %d %s; want 503 naming it", r.status, r.body)
 	}
+	if v := ts.metric(`gateway_request_failures_total{model="_unknown",version="",reason="unavailable"}`); v != 1 {
+		t.Fatalf("the refusal is not counted: unavailable = %v", v)
+	}
 	if r := ts.do("POST", "/models/other/predict", "image/png", img); r.status != 200 || !strings.Contains(string(r.body), "other-") {
 		t.Fatalf("the other model: %d %s", r.status, r.body)
 	}
