@@ -73,13 +73,18 @@ func (t *connTracker) admit(c *conn) bool {
 	return ok
 }
 
-// interruptReads makes every read in progress fail now (the drain ran out of time: requests
-// still receiving their bodies are answered rather than waited for).
+// interruptReads makes every read of a request in progress fail now (the drain ran out of
+// time: requests still receiving their bodies are answered rather than waited for). Idle
+// keep-alive connections are left alone: their clients keep the drain's last moment
+// (connCloseGrace) to send a request on them, as on any drain; interrupted, they were closed
+// under a client that was about to.
 func (t *connTracker) interruptReads() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for c := range t.all {
-		c.Conn.SetReadDeadline(time.Now())
+		if _, idle := t.idle[c]; !idle {
+			c.Conn.SetReadDeadline(time.Now())
+		}
 	}
 }
 

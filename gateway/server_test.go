@@ -763,10 +763,33 @@ func TestShutdownPastItsTimeoutSucceeds(t *testing.T) {
 	for ts.s.inflight.Load() < 2 || ts.s.models.Load().byName["m"][0].impl.queueLen() < 1 {
 		time.Sleep(time.Millisecond)
 	}
+	// An idle keep-alive connection, whose client sends a request after the timeout (within the
+	// drain's last moment): it is answered, not closed under the client.
+	idle, err := ts.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(idle)
+	live := "GET /v2/health/live HTTP/1.1\r\nHost: gw\r\n\r\n"
+	io.WriteString(idle, live)
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
+		t.Fatalf("keep-alive request: %v %v", r, err)
+	} else {
+		io.Copy(io.Discard, r.Body)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	time.AfterFunc(300*time.Millisecond, func() { close(f.gate) }) // the running batch outlasts the timeout
-	if err := ts.s.Shutdown(ctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- ts.s.Shutdown(ctx) }()
+	time.Sleep(200 * time.Millisecond) // past the timeout
+	io.WriteString(idle, live)
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 || !r.Close {
+		t.Fatalf("a request on an idle keep-alive connection after the timeout: %v %v; want 200 and close", r, err)
+	}
+	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v; want nil, every request answered", err)
 	}
 	statuses := map[int]int{}
