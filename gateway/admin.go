@@ -28,6 +28,9 @@ import (
 //
 // plus health, /metrics and Go's profiles (/debug/pprof/) on the admin listener.
 
+// adminMaxBody bounds an admin request's body (an index query, nothing else has one).
+const adminMaxBody = 1 << 20
+
 // ServeAdmin serves the admin API on ln until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener) error {
 	s.adminMu.Lock()
@@ -37,11 +40,16 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 		ReadTimeout:           s.opts.ReadTimeout,
 		WriteTimeout:          s.opts.WriteTimeout,
 		IdleTimeout:           s.opts.IdleTimeout,
-		MaxRequestBodySize:    1 << 20,
+		MaxRequestBodySize:    adminMaxBody,
+		ReadBufferSize:        readBufferSize, // the public listener's header limit (fasthttp's 4 KiB reset longer ones)
 		SecureErrorLogMessage: true,
 		Logger:                &httpLogger{log: s.log},
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, _ error) {
-			writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "the admin API takes bodies of 1 MiB at most")
+				return
+			}
+			s.handleParseError(ctx, err) // 431, 408 or 400, in our words
 		},
 	}
 	srv := s.admin

@@ -820,6 +820,32 @@ func TestShutdownDoesNotWaitForAStuckReload(t *testing.T) {
 	}
 }
 
+// TestAdminHeadersAsThePublicListener: the admin listener reads header blocks up to the public
+// listener's 16 KiB and answers a larger one 431 in our words; fasthttp's 4 KiB default reset a
+// 5 KiB one and answered every parse error "malformed".
+func TestAdminHeadersAsThePublicListener(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	ln := fasthttputil.NewInmemoryListener()
+	go ts.s.ServeAdmin(ln)
+	defer ln.Close()
+	for _, c := range []struct {
+		pad    int
+		status int
+	}{{5000, 200}, {20000, 431}} {
+		conn, err := ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(20 * time.Second))
+		io.WriteString(conn, "POST /v2/repository/index HTTP/1.1\r\nHost: gw\r\nX-Pad: "+strings.Repeat("a", c.pad)+"\r\nContent-Length: 0\r\n\r\n")
+		r, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || r.StatusCode != c.status {
+			t.Fatalf("a %d-byte header on the admin listener: %v %v; want %d", c.pad, r, err, c.status)
+		}
+		conn.Close()
+	}
+}
+
 // TestOpeningsThatAreNotHTTPAreAnsweredAtOnce: a TLS handshake sent to this plain-HTTP port
 // (an https:// URL), bytes that cannot begin a request, and a request line ended by a bare LF
 // (printf | nc) each get a 400 that says what was wrong, at once: fasthttp waited for a
