@@ -331,7 +331,7 @@ func (s *Server) parseOptions(r *request) error {
 	timeout := m.defaultTimeout
 	args := fc.QueryArgs()
 	if v := args.Peek("top_k"); v != nil {
-		k, err := strconv.Atoi(string(v))
+		k, err := parseCount(v)
 		if err != nil || k < 0 {
 			return bodyErr("top_k must be a non-negative integer, got %q", truncate(string(v), 20))
 		}
@@ -357,7 +357,7 @@ func (s *Server) parseOptions(r *request) error {
 		pv = args.Peek("priority")
 	}
 	if pv != nil {
-		p, err := strconv.Atoi(string(pv))
+		p, err := parseCount(pv)
 		if err != nil || p < 0 {
 			return bodyErr("priority must be a non-negative integer, got %q", truncate(string(pv), 20))
 		}
@@ -365,6 +365,24 @@ func (s *Server) parseOptions(r *request) error {
 	}
 	return nil
 }
+
+// parseCount parses a count given in a header or a query parameter: decimal digits only (no
+// sign, no spaces), at most 18 of them; strconv.Atoi also took "+3".
+func parseCount(b []byte) (int, error) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, errBadCount
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, errBadCount
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, nil
+}
+
+var errBadCount = errors.New("not a decimal count")
 
 // readBody reads the request body into r.body, taking its bytes from the memory budget as they
 // arrive, and undoes a gzip or deflate Content-Encoding within the same bounds.

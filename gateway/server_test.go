@@ -846,6 +846,28 @@ func TestAdminHeadersAsThePublicListener(t *testing.T) {
 	}
 }
 
+// TestCountsAreDigitsOnly: top_k, the priority and Inference-Header-Content-Length are decimal
+// digits; "+3" and " 3" are refused (strconv.Atoi took "+3").
+func TestCountsAreDigitsOnly(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	img := solidPNG(t, 16, 16, 3)
+	if r := ts.do("POST", "/models/m/predict?top_k=2&priority=1", "image/png", img); r.status != 200 {
+		t.Fatalf("digits: %d %s", r.status, r.body)
+	}
+	for _, q := range []string{"top_k=%2B2", "top_k=%202", "priority=%2B1", "top_k=0x2", "top_k=1234567890123456789"} {
+		if r := ts.do("POST", "/models/m/predict?"+q, "image/png", img); r.status != 400 {
+			t.Errorf("%s: %d %s; want 400", q, r.status, r.body)
+		}
+	}
+	body := `{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["` + base64.StdEncoding.EncodeToString(img) + `"]}]}`
+	if r := ts.do("POST", "/v2/models/m/infer", "application/json", []byte(body), "Inference-Header-Content-Length", strconv.Itoa(len(body))); r.status != 200 {
+		t.Fatalf("Inference-Header-Content-Length: %d %s", r.status, r.body)
+	}
+	if r := ts.do("POST", "/v2/models/m/infer", "application/json", []byte(body), "Inference-Header-Content-Length", "+"+strconv.Itoa(len(body))); r.status != 400 {
+		t.Errorf("Inference-Header-Content-Length with a sign: %d %s; want 400", r.status, r.body)
+	}
+}
+
 // TestOpeningsThatAreNotHTTPAreAnsweredAtOnce: a TLS handshake sent to this plain-HTTP port
 // (an https:// URL), bytes that cannot begin a request, and a request line ended by a bare LF
 // (printf | nc) each get a 400 that says what was wrong, at once: fasthttp waited for a

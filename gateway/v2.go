@@ -224,8 +224,8 @@ func (a v2API) parseBody(r *request) error {
 	body := r.body
 	hdr := body
 	if h := r.fc.Request.Header.Peek("Inference-Header-Content-Length"); h != nil {
-		n, err := strconv.Atoi(string(h))
-		if err != nil || n < 0 || n > len(body) {
+		n, err := parseCount(h)
+		if err != nil || n > len(body) {
 			return bodyErr("Inference-Header-Content-Length is %q; the body has %d bytes", truncate(string(h), 20), len(body))
 		}
 		hdr, v.binaryBody = body[:n], body[n:]
