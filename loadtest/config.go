@@ -3,6 +3,7 @@ package loadtest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -79,6 +80,10 @@ type Config struct {
 // OpenLoop reports whether c describes an open-loop (fixed-rate) run.
 func (c *Config) OpenLoop() bool { return c.Rate > 0 }
 
+// MaxConcurrency bounds the workers (connections) of one run: each has its goroutine, its
+// connection and its buffers (a billion made the generator run out of memory).
+const MaxConcurrency = 1 << 20
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("loadtest: invalid config")
 
@@ -97,11 +102,11 @@ func (c *Config) normalize() error {
 		}
 	}
 	c.Method = strings.ToUpper(c.Method)
-	if c.Rate < 0 {
-		return fmt.Errorf("%w: rate %v must be >= 0", ErrConfig, c.Rate)
+	if !(c.Rate >= 0) || math.IsInf(c.Rate, 1) { // also NaN
+		return fmt.Errorf("%w: rate %v must be a finite number >= 0", ErrConfig, c.Rate)
 	}
-	if c.Concurrency < 0 {
-		return fmt.Errorf("%w: concurrency %d must be >= 0", ErrConfig, c.Concurrency)
+	if c.Concurrency < 0 || c.Concurrency > MaxConcurrency {
+		return fmt.Errorf("%w: concurrency %d must be in [0, %d]", ErrConfig, c.Concurrency, MaxConcurrency)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 1
@@ -128,7 +133,10 @@ func (c *Config) normalize() error {
 	if c.WarmupRequests > 0 && c.WarmupDuration > 0 {
 		return fmt.Errorf("%w: warmup is a number of requests or a duration, not both", ErrConfig)
 	}
-	if c.Timeout <= 0 {
+	if c.Timeout < 0 {
+		return fmt.Errorf("%w: timeout %v must be >= 0 (0: 30s)", ErrConfig, c.Timeout)
+	}
+	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
 	}
 	if c.ProgressInterval <= 0 {

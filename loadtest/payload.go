@@ -3,6 +3,7 @@ package loadtest
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,7 @@ func JSONImageBody(name string, image []byte) Body {
 func LoadJSONImageBodies(files []string) ([]Body, error) {
 	bodies := make([]Body, 0, len(files))
 	for _, f := range files {
-		img, err := os.ReadFile(f)
+		img, err := readRegular(f)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read image for -json-image: %w", err)
 		}
@@ -35,12 +36,41 @@ func LoadJSONImageBodies(files []string) ([]Body, error) {
 
 // LoadBody reads one raw body file.
 func LoadBody(file string) (Body, error) {
-	data, err := os.ReadFile(file)
+	data, err := readRegular(file)
 	if err != nil {
 		return Body{}, fmt.Errorf("cannot read body file: %w", err)
 	}
 	return Body{Name: filepath.Base(file), Data: data}, nil
 }
+
+// readRegular reads a regular file whole. A FIFO or a device is refused: reading it before the
+// run could block forever (a FIFO nobody writes), where no signal reaches the run.
+func readRegular(file string) ([]byte, error) {
+	// Stat before opening: opening a FIFO for reading blocks until a writer opens it.
+	st, err := os.Stat(file)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", file, st.Mode().Type())
+	}
+	if st.Size() > maxBodyFile {
+		return nil, fmt.Errorf("%s has %d bytes, more than the %d a body may have", file, st.Size(), maxBodyFile)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxBodyFile+1))
+	if err == nil && len(b) > maxBodyFile {
+		err = fmt.Errorf("%s has more than the %d bytes a body may have", file, maxBodyFile)
+	}
+	return b, err
+}
+
+// maxBodyFile bounds a body file: every worker sends from the one copy in memory.
+const maxBodyFile = 1 << 30
 
 // ContentTypeFor guesses a Content-Type from a body file's extension for
 // when none was given: JSON for .json, JPEG/PNG/WebP images by extension,

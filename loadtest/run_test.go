@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -308,6 +309,12 @@ func TestConfigErrors(t *testing.T) {
 		{URL: "http://127.0.0.1:1/", Requests: 1, Arrival: "bursty"},
 		{URL: "http://127.0.0.1:1/", Requests: 1, WarmupRequests: 1, WarmupDuration: time.Second},
 		{URL: "http://127.0.0.1:1/", Requests: 1, Rate: -1},
+		// found by a hostile review: NaN ran a closed loop, +Inf failed only when the report
+		// was written, a billion workers ran out of memory, a negative timeout became 30s
+		{URL: "http://127.0.0.1:1/", Requests: 1, Rate: math.NaN()},
+		{URL: "http://127.0.0.1:1/", Requests: 1, Rate: math.Inf(1)},
+		{URL: "http://127.0.0.1:1/", Requests: 1, Concurrency: 1_000_000_000},
+		{URL: "http://127.0.0.1:1/", Requests: 1, Timeout: -time.Second},
 	} {
 		if _, err := Run(t.Context(), cfg); err == nil {
 			t.Errorf("%+v: want an error", cfg)

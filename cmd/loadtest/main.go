@@ -275,7 +275,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := res.WriteText(stdout); err != nil {
 		return 1
 	}
-	return writeReports(o.out, o.htmlOut, res.WriteJSON, res.WriteHTML, stderr)
+	code := writeReports(o.out, o.htmlOut, res.WriteJSON, res.WriteHTML, stderr)
+	if s := res.Summary; code == 0 && s.Completed+s.Errors > 0 && s.OK2xx == 0 {
+		// A run against a dead or broken target is not a success for a script or CI job.
+		fmt.Fprintln(stderr, "loadtest: no request succeeded (no 2xx answer)")
+		return 3
+	}
+	return code
 }
 
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
