@@ -424,6 +424,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.1 and HTTP/1.0 are served, not "+truncate(string(proto), 20))
 		return
 	}
+	if raw := ctx.Request.URI().PathOriginal(); bytes.Contains(raw, []byte("%2F")) || bytes.Contains(raw, []byte("%2f")) {
+		// fasthttp decodes %2F into a separator: /v2/models/m%2Finfer would run inference where a
+		// proxy routing on the raw path saw one segment. No name here holds a slash.
+		s.drainBody(ctx)
+		writeError(ctx, fasthttp.StatusBadRequest, "an encoded slash (%2F) in the path is not allowed")
+		return
+	}
 	if !isInferencePath(path) {
 		// A body that the answer did not need (a POST to /metrics, a health check, an unknown
 		// path) is read and dropped, so that the next request on the connection is read from

@@ -958,6 +958,12 @@ func TestUnneededBodiesAreDropped(t *testing.T) {
 	if r.StatusCode != 505 {
 		t.Fatalf("HTTP/2.0 in the request line: %d, want 505", r.StatusCode)
 	}
+	// An encoded slash is refused: decoded, /v2/models/m%2Fready was served as readiness.
+	for _, p := range []string{"/v2/models/m%2Fready", "/v2/models/m%2finfer"} {
+		if _, r := answerWithinReadTimeout(t, "GET "+p+" HTTP/1.1\r\nHost: gw\r\n\r\n"); r.StatusCode != 400 {
+			t.Errorf("%s: %d; want 400", p, r.StatusCode)
+		}
+	}
 }
 
 // answerWithinReadTimeout sends raw on a new connection to a server with a read_timeout of a
