@@ -315,8 +315,15 @@ func (s *Server) index() ([]indexEntry, error) {
 		if served && e.State == StateUnavailable {
 			e.State = StateReady
 		}
-		if repoErr != nil && e.Reason == "" {
-			e.Reason = "the repository cannot be read; this version is still served: " + repoErr.Error()
+		if repoErr != nil {
+			r := "the repository cannot be read: " + repoErr.Error()
+			if served {
+				r = "the repository cannot be read; this version is still served: " + repoErr.Error()
+			}
+			if e.Reason != "" {
+				r += " (before: " + e.Reason + ")"
+			}
+			e.Reason = r
 		}
 		out = append(out, e)
 	}
