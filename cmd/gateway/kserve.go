@@ -180,6 +180,12 @@ func loadModelDir(dir, name string) (*configs.Config, error) {
 		}
 		if !hasPath {
 			model["path"] = onnx
+			if filepath.Dir(onnx) != filepath.Clean(dir) {
+				// In a version folder: the directory is a repository (Triton's layout), served
+				// with its own version numbers (its newest, as the default version_policy
+				// says); a file path would be served as version 1.
+				model["path"] = dir
+			}
 		}
 		if !hasLabels {
 			if labels == "" {
@@ -228,7 +234,9 @@ func findModelFiles(dir string) (onnx, labels string, err error) {
 		}
 		var versions []int
 		for _, e := range entries {
-			if n, err := strconv.Atoi(e.Name()); err == nil && n >= 0 && e.IsDir() {
+			// Version folders as the configuration's repositories name them: 1, 2, ... ("0",
+			// "007" are not versions; "007" was looked for as 7/).
+			if n, err := strconv.Atoi(e.Name()); err == nil && n > 0 && e.IsDir() && strconv.Itoa(n) == e.Name() {
 				versions = append(versions, n)
 			}
 		}

@@ -258,3 +258,20 @@ func TestModelDirErrors(t *testing.T) {
 		t.Fatalf("-model_name alone: %v\n%s", err, out)
 	}
 }
+
+// TestModelDirServesItsVersionNumber: a model directory whose model is in version folder 3/ serves
+// version 3, as a configuration naming the directory does; it was served as version 1, and
+// /v2/models/{name}/versions/3/ready answered 404.
+func TestModelDirServesItsVersionNumber(t *testing.T) {
+	dir := modelRepo(t, "")
+	if err := os.Rename(filepath.Join(dir, "1"), filepath.Join(dir, "3")); err != nil {
+		t.Fatal(err)
+	}
+	g := startGatewayArgs(t, []string{"PORT="}, "-model_name", "w", "-model_dir", dir, "-http_port", "0")
+	if a := g.do("GET", "/v2/models/w/versions/3/ready", "", nil); a.status != 200 {
+		t.Fatalf("version 3 ready: %d %s", a.status, a.body)
+	}
+	if a := g.do("GET", "/v2/models/w", "", nil); a.status != 200 || !strings.Contains(string(a.body), `"versions":["3"]`) {
+		t.Fatalf("metadata: %d %s", a.status, a.body)
+	}
+}
