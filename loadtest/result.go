@@ -80,8 +80,12 @@ type Summary struct {
 	DurationS float64 `json:"duration_s"`
 	// TargetRate is the configured open-loop rate (0 in closed loop).
 	TargetRate float64 `json:"target_rate,omitempty"`
-	// SentRate is requests sent per second over the sending window.
+	// SentRate is requests sent per second over the sending window: the measured phase up to
+	// the last send, or -duration when it is longer.
 	SentRate float64 `json:"sent_rate"`
+	// Unsent counts the requests an open loop scheduled within -duration but never sent: every
+	// worker was busy until the window ended.
+	Unsent uint64 `json:"unsent,omitempty"`
 	// CompletedRate is requests completed (any outcome) per second.
 	CompletedRate float64 `json:"completed_rate"`
 	// Throughput is successful (2xx) requests per second.
@@ -382,6 +386,9 @@ func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 	}
 	if cfg.OpenLoop() {
 		s.TargetRate = cfg.Rate
+		c.p.mu.Lock()
+		s.Unsent = c.p.unsent
+		c.p.mu.Unlock()
 	}
 	ms0 := max(c.p.measureStart.Load(), 0)
 	if c.completed > 0 {
@@ -391,10 +398,15 @@ func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 			s.CompletedRate = float64(c.completed) / window
 			s.Throughput = float64(c.ok) / window
 		}
-		sendWindow := float64(c.lastSend-c.firstSend) / 1e9
+		// From the measured phase's start (not the first send: two requests sent at once made a
+		// rate of 50,000 a second), and at least -duration, as far as the run lasted.
+		sendWindow := float64(c.lastSend-ms0) / 1e9
+		if cfg.Duration > 0 {
+			sendWindow = max(sendWindow, min(cfg.Duration.Seconds(), float64(end.Sub(start)-time.Duration(ms0))/1e9))
+		}
 		switch {
-		case c.sent > 1 && sendWindow > 0:
-			s.SentRate = float64(c.sent-1) / sendWindow
+		case sendWindow > 1e-3:
+			s.SentRate = float64(c.sent) / sendWindow
 		case window > 0:
 			s.SentRate = float64(c.sent) / window
 		}

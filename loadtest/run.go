@@ -58,6 +58,7 @@ type pacer struct {
 	next     float64 // open loop: offset of the next intended time, seconds
 	rng      *rand.Rand
 	stopped  bool
+	unsent   uint64 // open loop: requests the rate scheduled in the window but never sent
 
 	measureStart atomic.Int64 // ns since start; -1 until the measured phase begins
 	measureEnd   int64        // end of the measured phase, ns since start; 0 if no duration (guarded by mu)
@@ -116,6 +117,25 @@ func (p *pacer) claim() (seq, intended int64, warm, ok bool) {
 	seq = p.seq
 	p.seq++
 	return seq, intended, warm, true
+}
+
+// end is the end of the measured phase (ns since start), 0 when the run is not timed or the
+// measured phase has not begun.
+func (p *pacer) end() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.measureEnd
+}
+
+// giveUp stops the run at the end of -duration with the request intended at intended not sent:
+// it and those the rate scheduled after it within the window count as unsent.
+func (p *pacer) giveUp(intended int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	if left := p.measureEnd - intended; left > 0 {
+		p.unsent = 1 + uint64(float64(left)/1e9*p.cfg.Rate)
+	}
 }
 
 func (p *pacer) stop() {
@@ -215,9 +235,35 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				if !ok || !waitUntil(ctx, start.Add(time.Duration(intended))) {
 					return
 				}
+				j := job{seq, intended, warm}
 				select {
-				case jobs <- job{seq, intended, warm}:
+				case jobs <- j:
+					continue
+				default:
+				}
+				// Every worker is busy: the request goes out when one is free, but not after
+				// the end of -duration. What was never sent by then is counted as unsent (a
+				// server slower than the rate would otherwise make the run last as long as it
+				// takes to send everything the rate scheduled: minutes instead of seconds).
+				var late <-chan time.Time
+				var t *time.Timer
+				if end := p.end(); end > 0 {
+					t = time.NewTimer(time.Until(start.Add(time.Duration(end))))
+					late = t.C
+				}
+				sent := true
+				select {
+				case jobs <- j:
+				case <-late:
+					p.giveUp(intended)
+					sent = false
 				case <-ctx.Done():
+					sent = false
+				}
+				if t != nil {
+					t.Stop()
+				}
+				if !sent {
 					return
 				}
 			}

@@ -36,6 +36,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "Duration:      %.3f s\n", s.DurationS)
 	if s.TargetRate > 0 {
 		fmt.Fprintf(&b, "Sent rate:     %.1f req/s (target %g)\n", s.SentRate, s.TargetRate)
+		if s.Unsent > 0 {
+			fmt.Fprintf(&b, "Unsent:        %d (every worker was busy until the end of -duration: raise -c, or the server is slower than the rate)\n", s.Unsent)
+		}
 	} else {
 		fmt.Fprintf(&b, "Sent rate:     %.1f req/s\n", s.SentRate)
 	}
