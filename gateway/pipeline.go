@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -342,8 +344,8 @@ func (s *Server) parseOptions(r *request) error {
 		tv = args.Peek("timeout")
 	}
 	if tv != nil {
-		ms, err := strconv.ParseFloat(string(tv), 64)
-		if err != nil || !(ms > 0) { // also refuses NaN
+		ms, err := parseMillis(tv)
+		if err != nil || !(ms > 0) {
 			return bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
 		}
 		// A timeout only shortens the model's default; a longer one (up to +Inf) is the default.
@@ -383,6 +385,30 @@ func parseCount(b []byte) (int, error) {
 }
 
 var errBadCount = errors.New("not a decimal count")
+
+// parseMillis parses a timeout in milliseconds: decimal digits with an optional fraction
+// ("250", "0.5"), or "inf" (no shorter than the default). strconv.ParseFloat also took "1_000",
+// hex floats and "infinity".
+func parseMillis(b []byte) (float64, error) {
+	if strings.EqualFold(string(b), "inf") {
+		return math.Inf(1), nil
+	}
+	digits, frac := 0, false
+	for i, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !frac && i > 0 && i < len(b)-1:
+			frac = true
+		default:
+			return 0, errBadCount
+		}
+	}
+	if digits == 0 || len(b) > 24 {
+		return 0, errBadCount
+	}
+	return strconv.ParseFloat(string(b), 64)
+}
 
 // readBody reads the request body into r.body, taking its bytes from the memory budget as they
 // arrive, and undoes a gzip or deflate Content-Encoding within the same bounds.

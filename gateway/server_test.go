@@ -847,14 +847,18 @@ func TestAdminHeadersAsThePublicListener(t *testing.T) {
 }
 
 // TestCountsAreDigitsOnly: top_k, the priority and Inference-Header-Content-Length are decimal
-// digits; "+3" and " 3" are refused (strconv.Atoi took "+3").
+// digits; "+3" and " 3" are refused (strconv.Atoi took "+3"). A timeout is digits with an
+// optional fraction, or "inf" (strconv.ParseFloat took "1_000", hex floats, "infinity").
 func TestCountsAreDigitsOnly(t *testing.T) {
 	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 	img := solidPNG(t, 16, 16, 3)
-	if r := ts.do("POST", "/models/m/predict?top_k=2&priority=1", "image/png", img); r.status != 200 {
-		t.Fatalf("digits: %d %s", r.status, r.body)
+	for _, q := range []string{"top_k=2&priority=1", "timeout=2500.5", "timeout=inf", "timeout=Inf"} {
+		if r := ts.do("POST", "/models/m/predict?"+q, "image/png", img); r.status != 200 {
+			t.Fatalf("%s: %d %s", q, r.status, r.body)
+		}
 	}
-	for _, q := range []string{"top_k=%2B2", "top_k=%202", "priority=%2B1", "top_k=0x2", "top_k=1234567890123456789"} {
+	for _, q := range []string{"top_k=%2B2", "top_k=%202", "priority=%2B1", "top_k=0x2", "top_k=1234567890123456789",
+		"timeout=1_000", "timeout=0x1p-2", "timeout=infinity", "timeout=5.", "timeout=.5", "timeout=1e3"} {
 		if r := ts.do("POST", "/models/m/predict?"+q, "image/png", img); r.status != 400 {
 			t.Errorf("%s: %d %s; want 400", q, r.status, r.body)
 		}
