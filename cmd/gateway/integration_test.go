@@ -513,6 +513,19 @@ func TestQueueFullAndTimeout(t *testing.T) {
 	}
 }
 
+// exitsCleanly waits (30 s at most) for the gateway, signalled to drain, to exit 0.
+func (g *gateway) exitsCleanly(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Fatalf("gateway exited with %v:\n%s", err, g.log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gateway did not exit 30 s after its signal:\n%s", g.log())
+	}
+}
+
 func TestGracefulDrainAnswersAcceptedRequests(t *testing.T) {
 	shared := sharedDir(t)
 	jpeg, _ := os.ReadFile(filepath.Join(shared, "images", "skimage_coffee.png"))
@@ -534,14 +547,7 @@ func TestGracefulDrainAnswersAcceptedRequests(t *testing.T) {
 			t.Fatalf("request %d accepted before SIGTERM: %d %s", i, a.status, a.body)
 		}
 	}
-	select {
-	case err := <-g.done:
-		if err != nil {
-			t.Fatalf("gateway exited with %v:\n%s", err, g.log())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("gateway did not exit after SIGTERM:\n%s", g.log())
-	}
+	g.exitsCleanly(t)
 	if !strings.Contains(g.log(), "msg=stopped") {
 		t.Fatalf("no stop log line:\n%s", g.log())
 	}
@@ -574,14 +580,7 @@ func TestDrainSurvivesSignalsAndItsTimeout(t *testing.T) {
 			t.Fatalf("request %d, queued past shutdown_timeout: %d %s; want 503 draining", i, a.status, a.body)
 		}
 	}
-	select {
-	case err := <-g.done:
-		if err != nil {
-			t.Fatalf("gateway exited with %v:\n%s", err, g.log())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("gateway did not exit:\n%s", g.log())
-	}
+	g.exitsCleanly(t)
 	if strings.Count(g.log(), "signal ignored") != 3 {
 		t.Fatalf("want 3 ignored signals logged:\n%s", g.log())
 	}

@@ -147,14 +147,7 @@ func TestModelDirKServeFlags(t *testing.T) {
 	if a := g.do("POST", "/predict/", "image/png", img); a.status != 200 {
 		t.Fatalf("POST during drain_delay: %d %s", a.status, a.body)
 	}
-	select {
-	case err := <-g.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, g.log())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit 30s after SIGTERM:\n%s", g.log())
-	}
+	g.exitsCleanly(t)
 	if !strings.Contains(g.log(), "drain_delay=5s shutdown_timeout=20s") {
 		t.Fatalf("model-directory mode should default to drain_delay 5s, shutdown_timeout 20s:\n%s", g.log())
 	}
