@@ -226,6 +226,14 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 		// loaded or unloaded on its own (the repository API) leaves the default as it is.
 		t.first = scope
 	}
+	if s.closing.Load() {
+		// Shutdown has stopped waiting for this reload and closes the models it knows: what
+		// this one built is closed here rather than installed, and nothing is retired.
+		for _, m := range fresh {
+			m.close(context.Background(), s.met)
+		}
+		return errStopped
+	}
 	s.models.Store(t)
 	for _, m := range fresh {
 		s.met.serving(m)

@@ -320,7 +320,9 @@ func (r *request) decodeImage(i int, img []byte) error {
 	}
 	d := time.Since(t)
 	if err != nil && r.rctx.Err() != nil {
-		d = 0 // stopped part-way (the client left, the deadline passed): not a decode time
+		// Stopped part-way (the client left, the deadline passed): not a decode time.
+		s.gate.release(cost, heavy, 0)
+		return err
 	}
 	s.gate.release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())

@@ -52,6 +52,7 @@ type Server struct {
 	abortFn  context.CancelCauseFunc
 
 	inflight   atomic.Int64 // inference requests in the pipeline
+	closing    atomic.Bool  // Shutdown is closing the models: a reload installs nothing more
 	inflightMu sync.Mutex
 	idle       chan struct{} // closed when inflight drops to 0 while draining
 }
@@ -304,6 +305,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// (none after a drain already out of time); none starts after. One that takes longer is
 	// left running: the drain does not wait for it (a model it loads is not served, and the
 	// process exits under it).
+	s.closing.Store(true) // a reload that ends from now on installs nothing (apply)
 	wait := time.Now()
 	if !s.aborted.Load() {
 		wait = wait.Add(abortGrace)
@@ -437,7 +439,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		// where it starts (fasthttp drops 256 KiB at most, then closes). Inference paths read
 		// or drain their bodies themselves.
 		defer func() {
-			if !ctx.Response.ConnectionClose() {
+			switch {
+			case ctx.Response.ConnectionClose():
+			case s.draining.Load():
+				lingerOnClose(ctx) // the connection closes after this answer: no wait for the body
+			default:
 				s.drainBody(ctx)
 			}
 		}()
@@ -525,8 +531,12 @@ func isInferencePath(p string) bool {
 	switch {
 	case p == "/predict/" || p == "/predict":
 		return true
-	case strings.HasPrefix(p, "/models/"), strings.HasPrefix(p, "/v2/models/"):
-		return strings.HasSuffix(p, "/predict") || strings.HasSuffix(p, "/predict/") || strings.HasSuffix(p, "/infer")
+	case strings.HasPrefix(p, "/models/"):
+		_, tail, _ := strings.Cut(p[len("/models/"):], "/")
+		return tail == "predict" || tail == "predict/"
+	case strings.HasPrefix(p, "/v2/models/"):
+		_, _, tail, _, ok := v2ModelPath(p[len("/v2/models/"):])
+		return ok && tail == "infer"
 	}
 	return false
 }

@@ -134,7 +134,7 @@ func run(load func(string) (*configs.Config, error), configPath, listen, adminLi
 			}
 		}
 	})
-	sig := make(chan os.Signal, 1)
+	sig := make(chan os.Signal, 8) // a burst of signals is not dropped (the drain logs each)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 wait:
 	for {
@@ -180,8 +180,17 @@ wait:
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainDelay.D()+cfg.Server.ShutdownTimeout.D())
 	defer cancel()
 	err = srv.Shutdown(ctx)
-	polling.Wait() // a reload in progress when the drain began has finished (Shutdown waited for it)
-	ln.Close()     // in case the signal came before Serve took the listener
+	// A reload in progress when the drain began (SIGHUP, repository.poll) may finish within the
+	// drain's bound for it; the process does not wait longer (Shutdown refuses what it would
+	// install).
+	reloaded := make(chan struct{})
+	go func() { polling.Wait(); close(reloaded) }()
+	select {
+	case <-reloaded:
+	case <-time.After(gateway.ShutdownTail):
+		log.Warn("a model reload is still running: exiting without it")
+	}
+	ln.Close() // in case the signal came before Serve took the listener
 	select {
 	case e := <-served:
 		if e != nil && !errors.Is(e, net.ErrClosed) {
