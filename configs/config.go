@@ -799,12 +799,18 @@ func firstExisting(paths ...string) string {
 // ReadFile reads a configuration, label or token file: a regular file (a device such as
 // /dev/zero, a FIFO or a directory never ends or blocks) of at most max bytes.
 func ReadFile(path string, max int64) ([]byte, error) {
+	// Stat first: opening a FIFO for reading blocks until a writer opens it.
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	st, err := f.Stat() // what was opened: a rename between the two is caught here
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -127,6 +128,12 @@ func TestReadFileRefusesDevicesAndHugeFiles(t *testing.T) {
 	}
 	if _, err := LoadLabels("/dev/zero"); err == nil {
 		t.Fatal("labels from /dev/zero were read")
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err == nil { // opening it for reading would block
+		if _, err := ReadFile(fifo, MaxConfigBytes); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("a FIFO: %v", err)
+		}
 	}
 	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("a directory as the config: %v", err)
