@@ -182,9 +182,13 @@ func loadModelDir(dir, name string) (*configs.Config, error) {
 			model["path"] = onnx
 			if filepath.Dir(onnx) != filepath.Clean(dir) {
 				// In a version folder: the directory is a repository (Triton's layout), served
-				// with its own version numbers (its newest, as the default version_policy
-				// says); a file path would be served as version 1.
+				// with that folder's version number (a file path would be served as version 1):
+				// the folder found, the newest holding a model, unless the file sets a policy.
 				model["path"] = dir
+				if _, set := model["version_policy"]; !set {
+					v, _ := strconv.Atoi(filepath.Base(filepath.Dir(onnx)))
+					model["version_policy"] = map[string]any{"specific": []int{v}}
+				}
 			}
 		}
 		if !hasLabels {

@@ -260,6 +260,7 @@ func TestModelDirServesItsVersionNumber(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "1"), filepath.Join(dir, "3")); err != nil {
 		t.Fatal(err)
 	}
+	os.Mkdir(filepath.Join(dir, "4"), 0o755) // a version being copied in: no model yet
 	g := startGatewayArgs(t, []string{"PORT="}, "-model_name", "w", "-model_dir", dir, "-http_port", "0")
 	if a := g.do("GET", "/v2/models/w/versions/3/ready", "", nil); a.status != 200 {
 		t.Fatalf("version 3 ready: %d %s", a.status, a.body)
