@@ -347,6 +347,14 @@ func TestBrokenConfigIsReported(t *testing.T) {
 		t.Fatalf("index with a label file gone: %s", idx)
 	}
 	served("a label file gone")
+	os.WriteFile(cfgPath, []byte(good+"  - name: other\n    path: /nonexistent/model.onnx\n    labels: "+labels+"\n"), 0o644)
+	if status, body := g.adminPost("/v2/repository/reload", ""); status == 200 || !strings.Contains(body, "nonexistent") {
+		t.Fatalf("reload with another model's file gone: %d %s", status, body)
+	}
+	if v := g.metric("gateway_model_load_failures_total", `model="other"`); v != 1 {
+		t.Errorf("gateway_model_load_failures_total{other} = %v, want 1", v)
+	}
+	served("another model's file gone")
 	os.WriteFile(cfgPath, []byte(good), 0o644)
 	if status, body := g.adminPost("/v2/repository/reload", ""); status != 200 {
 		t.Fatalf("reload after the repair: %d %s", status, body)

@@ -72,7 +72,14 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 	for _, m := range cfg.Models {
 		versions, err := m.Versions()
 		if err != nil {
-			return nil, err
+			if st, serr := os.Stat(m.Path); serr == nil && st.IsDir() {
+				return nil, err // a repository folder: which versions it holds is not known
+			}
+			// A model file gone or unreadable: its version 1 fails to load on its own (the
+			// version served stays), and the other models reload.
+			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: "1", Fingerprint: "unreadable: " + err.Error(),
+				Load: func() (gateway.ModelOptions, error) { return gateway.ModelOptions{}, err }})
+			continue
 		}
 		for _, v := range versions {
 			mc := m
