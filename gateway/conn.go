@@ -367,7 +367,8 @@ func (c *conn) Read(b []byte) (int, error) {
 type opening struct {
 	started bool // a byte has arrived
 	done    bool // the first line ended, or the check gave up
-	last    byte // the byte before this read's
+	n       int  // bytes of the current line so far (empty lines before the request are skipped)
+	last    byte // the last byte seen
 }
 
 func (o *opening) check(b []byte) error {
@@ -381,18 +382,27 @@ func (o *opening) check(b []byte) error {
 			return errNotHTTP
 		}
 	}
-	i := bytes.IndexByte(b, '\n')
-	if i < 0 {
-		o.last = b[len(b)-1]
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			o.n += len(b)
+			o.last = b[len(b)-1]
+			return nil
+		}
+		prev := o.last
+		if i > 0 {
+			prev = b[i-1]
+		}
+		if line := o.n + i; line == 0 || line == 1 && prev == '\r' {
+			// An empty line before the request line (RFC 9112 lets a server skip it).
+			o.n, o.last, b = 0, '\n', b[i+1:]
+			continue
+		}
+		o.done = true
+		if prev != '\r' { // a line with bytes, ended by a bare LF
+			return errBareLF
+		}
 		return nil
-	}
-	o.done = true
-	prev := o.last
-	if i > 0 {
-		prev = b[i-1]
-	}
-	if prev != '\r' && (i > 0 || o.last != 0) { // a line with bytes, ended by a bare LF
-		return errBareLF
 	}
 	return nil
 }

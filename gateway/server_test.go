@@ -885,6 +885,7 @@ func TestOpeningsThatAreNotHTTPAreAnsweredAtOnce(t *testing.T) {
 		{"binary", "\x00\x01\x02\x03", "not an HTTP/1.x request"},
 		{"bare LF", "GET /v2/health/ready HTTP/1.1\nHost: gw\n\n", "bare LF"},
 		{"bare LF, HTTP/1.0", "GET /v2/health/live HTTP/1.0\n\n", "bare LF"},
+		{"bare LF after an empty line", "\r\nGET /v2/health/live HTTP/1.1\nHost: gw\n\n", "bare LF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, r := answerWithinReadTimeout(t, tc.raw)
@@ -903,7 +904,7 @@ func TestOpeningsThatAreNotHTTPAreAnsweredAtOnce(t *testing.T) {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(20 * time.Second))
-		for _, piece := range []string{"GET /v2/health/live HTTP/1.1\r", "\nHost: gw\r\n", "\r\n"} {
+		for _, piece := range []string{"\r", "\n\r\nGET /v2/health/live HTTP/1.1\r", "\nHost: gw\r\n", "\r\n"} { // empty lines first
 			if _, err := io.WriteString(c, piece); err != nil {
 				t.Fatal(err)
 			}
