@@ -472,18 +472,8 @@ func TestV2BinaryAndClassification(t *testing.T) {
 		bin = append(bin, im...)
 	}
 	hdr := fmt.Sprintf(`{"id":"r1","inputs":[{"name":"input","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":%d}}],`+
-		`"outputs":[{"name":"output","parameters":{"binary_data":true}},{"name":"output","parameters":{"classification":2}}]}`, len(bin))
-	r := ts.do("POST", "/v2/models/m/infer", "application/octet-stream", append([]byte(hdr), bin...),
-		"Inference-Header-Content-Length", fmt.Sprint(len(hdr)))
-	if r.status != 200 {
-		t.Fatalf("binary infer: %d %s", r.status, r.body)
-	}
-	var hl int
-	fmt.Sscan(r.header["Inference-Header-Content-Length"], &hl)
-	if hl <= 0 || hl > len(r.body) {
-		t.Fatalf("Inference-Header-Content-Length %q for %d bytes", r.header["Inference-Header-Content-Length"], len(r.body))
-	}
-	var resp struct {
+		`"outputs":%s}`, len(bin), "%s")
+	type response struct {
 		ID      string
 		Outputs []struct {
 			Name, Datatype string
@@ -494,21 +484,54 @@ func TestV2BinaryAndClassification(t *testing.T) {
 			}
 		}
 	}
-	if err := json.Unmarshal(r.body[:hl], &resp); err != nil {
-		t.Fatal(err)
+	infer := func(outputs string, want int) (response, []byte) {
+		t.Helper()
+		h := fmt.Sprintf(hdr, outputs)
+		r := ts.do("POST", "/v2/models/m/infer", "application/octet-stream", append([]byte(h), bin...),
+			"Inference-Header-Content-Length", fmt.Sprint(len(h)))
+		if r.status != want {
+			t.Fatalf("binary infer, outputs %s: %d %s, want %d", outputs, r.status, r.body, want)
+		}
+		if want != 200 {
+			return response{}, r.body
+		}
+		hl := len(r.body) // no binary output: all JSON, without the header
+		if h, ok := r.header["Inference-Header-Content-Length"]; ok {
+			hl = 0
+			fmt.Sscan(h, &hl)
+		}
+		if hl <= 0 || hl > len(r.body) {
+			t.Fatalf("Inference-Header-Content-Length %q for %d bytes", r.header["Inference-Header-Content-Length"], len(r.body))
+		}
+		var resp response
+		if err := json.Unmarshal(r.body[:hl], &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp, r.body[hl:]
 	}
-	if resp.ID != "r1" || len(resp.Outputs) != 2 || resp.Outputs[0].Parameters.BinaryDataSize != 2*3*4 || len(r.body)-hl != 2*3*4 {
-		t.Fatalf("binary response: %s", r.body[:hl])
+	resp, scores := infer(`[{"name":"output","parameters":{"binary_data":true}}]`, 200)
+	if resp.ID != "r1" || len(resp.Outputs) != 1 || resp.Outputs[0].Parameters.BinaryDataSize != 2*3*4 || len(scores) != 2*3*4 {
+		t.Fatalf("binary response: %+v, %d bytes after the header", resp, len(scores))
 	}
-	scores := r.body[hl:]
 	for i, want := range []float32{10, 10.001, 10.002, 20, 20.001, 20.002} {
 		if got := math.Float32frombits(binary.LittleEndian.Uint32(scores[4*i:])); math.Abs(float64(got-want)) > 1e-4 {
 			t.Fatalf("score %d = %v, want %v", i, got, want)
 		}
 	}
-	cls := resp.Outputs[1]
+	resp, _ = infer(`[{"name":"output","parameters":{"classification":2}}]`, 200)
+	cls := resp.Outputs[0]
 	if cls.Datatype != "BYTES" || fmt.Sprint(cls.Shape) != "[2 2]" || len(cls.Data) != 4 || cls.Data[0] != "10.002000:2:c" || cls.Data[1] != "10.001000:1:b" {
 		t.Fatalf("classification: %+v", cls)
+	}
+	// More classes asked for than the model has: all of them, as Triton answers.
+	resp, _ = infer(`[{"name":"output","parameters":{"classification":20}}]`, 200)
+	if cls := resp.Outputs[0]; fmt.Sprint(cls.Shape) != "[2 3]" || len(cls.Data) != 6 || cls.Data[5] != "20.000000:0:a" {
+		t.Fatalf("classification 20 of 3 classes: %+v", cls)
+	}
+	// The same output twice (scores and classes): Triton's clients find a binary output's
+	// bytes by its name, and would read one as the other. Refused, as Triton does.
+	if body := string(mustSecond(infer(`[{"name":"output","parameters":{"binary_data":true}},{"name":"output","parameters":{"classification":2}}]`, 400))); !strings.Contains(body, "requested twice") {
+		t.Fatalf("the same output twice: %s", body)
 	}
 	// Nested JSON tensor data into the tensor interface, and its errors.
 	vals := make([]string, 3*side*side)
@@ -536,6 +559,8 @@ func TestV2BinaryAndClassification(t *testing.T) {
 		}
 	}
 }
+
+func mustSecond[A, B any](_ A, b B) B { return b }
 
 // TestImageRowsReachTheTensor: a float32 model's images wait for their batch as bytes and are
 // expanded into the input tensor when it runs; what the model gets is, bit for bit, what

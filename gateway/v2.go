@@ -241,12 +241,19 @@ func (a v2API) parseBody(r *request) error {
 	if string(in.name) != m.inputName {
 		return bodyErr("unknown input %q (the model's input is %q)", truncate(string(in.name), 60), m.inputName)
 	}
-	for _, o := range v.outs {
+	for i := range v.outs {
+		o := &v.outs[i]
 		if string(o.name) != m.outputName {
 			return bodyErr("unknown output %q (the model's output is %q)", truncate(string(o.name), 60), m.outputName)
 		}
-		if o.classification < 0 || o.classification > m.classes {
-			return bodyErr("classification must be in 1..%d, got %d", m.classes, o.classification)
+		if i > 0 {
+			// Triton refuses a second request for the same output, and its clients find a
+			// binary output's bytes by name: two outputs of one name would be read one as
+			// the other. Classes carry their scores ("<score>:<index>:<label>").
+			return bodyErr("output %q is requested twice; request it once, as scores or with parameters.classification as classes (each class carries its score)", m.outputName)
+		}
+		if o.classification > m.classes {
+			o.classification = m.classes // as Triton: the top k, k at most the classes there are
 		}
 	}
 	if in.ndim == 0 || in.shape[0] < 1 {
@@ -276,7 +283,7 @@ func (a v2API) parseBody(r *request) error {
 	case dt == m.datatype:
 		want := append([]int64{int64(n)}, m.shape...)
 		if !equalShape(in.shape[:in.ndim], want) {
-			return bodyErr("%s input shape %v, the model takes %v", dt, in.shape[:in.ndim], want)
+			return bodyErr("%s input shape %v, the model takes [n %s] (n samples; %v for this request's first dimension)", dt, in.shape[:in.ndim], strings.Trim(fmt.Sprint(m.shape), "[]"), want)
 		}
 		if err := r.expect(n); err != nil {
 			return err
