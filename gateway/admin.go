@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ import (
 //
 // plus health, /metrics and Go's profiles (/debug/pprof/) on the admin listener.
 
-// adminMaxBody bounds an admin request's body (an index query, nothing else has one).
+// adminMaxBody bounds an admin request's body (an index query, load or unload parameters).
 const adminMaxBody = 1 << 20
 
 // ServeAdmin serves the admin API on ln until Shutdown.
@@ -141,17 +142,55 @@ func (s *Server) handleRepository(ctx *fasthttp.RequestCtx, path string) {
 		s.repositoryAnswer(ctx, s.Reload(), start)
 	case strings.HasPrefix(path, "/v2/repository/models/"):
 		name, action, _ := strings.Cut(strings.TrimPrefix(path, "/v2/repository/models/"), "/")
-		switch action {
-		case "load":
-			s.repositoryAnswer(ctx, s.LoadModel(name), start)
-		case "unload":
-			s.repositoryAnswer(ctx, s.UnloadModel(name), start)
-		default:
+		if action != "load" && action != "unload" {
 			s.notFound(ctx, path)
+			return
+		}
+		if msg := repositoryParams(action, ctx.Request.Body()); msg != "" {
+			writeError(ctx, fasthttp.StatusBadRequest, msg)
+			return
+		}
+		if action == "load" {
+			s.repositoryAnswer(ctx, s.LoadModel(name), start)
+		} else {
+			s.repositoryAnswer(ctx, s.UnloadModel(name), start)
 		}
 	default:
 		s.notFound(ctx, path)
 	}
+}
+
+// repositoryParams checks the body of a load or unload request: none, or a JSON object whose
+// "parameters" the gateway can honour. Triton's load takes a "config" to use instead of the
+// repository's and "file:<path>" model files; the gateway loads what its configuration names
+// and nothing else, so it refuses them (answering 200 would tell the client its model was
+// loaded while the old one kept serving). Unload's "unload_dependents" has nothing to act on
+// (no ensembles) and is accepted. It returns the refusal, or "".
+func repositoryParams(action string, body []byte) string {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return ""
+	}
+	var req struct {
+		Parameters map[string]json.RawMessage `json:"parameters"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || body[0] != '{' {
+		return "the " + action + " request's body must be empty or a JSON object such as {\"parameters\": {}}"
+	}
+	for k, v := range req.Parameters {
+		switch {
+		case k == "config" || strings.HasPrefix(k, "file:"):
+			return fmt.Sprintf("parameter %q is not supported: the gateway loads the models its configuration names; change the configuration (or the files it names) and load or reload", truncate(k, 60))
+		case action == "unload" && k == "unload_dependents":
+			var b bool
+			if json.Unmarshal(v, &b) != nil {
+				return "parameter \"unload_dependents\" must be a boolean"
+			}
+		default:
+			return fmt.Sprintf("unknown %s parameter %q", action, truncate(k, 60))
+		}
+	}
+	return ""
 }
 
 func (s *Server) repositoryAnswer(ctx *fasthttp.RequestCtx, err error, start time.Time) {

@@ -225,7 +225,25 @@ func TestUnloadAnswersQueued(t *testing.T) {
 		wg.Go(func() { results[i], _, _ = g.inferMeans("/v2/models/m/infer", img) })
 	}
 	waitFor(t, func() bool { return g.metric("gateway_queue_length", `model="m"`) == n })
-	if status, body := g.adminPost("/v2/repository/models/m/unload", ""); status != 200 {
+	// What the gateway cannot honour is refused before anything happens: Triton's load with a
+	// configuration or model files of its own (a 200 told the client they were loaded while
+	// the old model kept serving), and bodies that are not its JSON.
+	for _, c := range []struct{ path, body string }{
+		{"/v2/repository/models/m/load", `{"parameters":{"config":"{\"max_batch_size\":8}"}}`},
+		{"/v2/repository/models/m/load", `{"parameters":{"file:1/model.onnx":"dGhpcyBpcyBub3QgYW4gb25ueCBtb2RlbA=="}}`},
+		{"/v2/repository/models/m/load", `not json`},
+		{"/v2/repository/models/m/unload", `{"parameters":{"unload_dependents":"yes"}}`},
+		{"/v2/repository/models/m/unload", `{"parameters":{"bogus":1}}`},
+		{"/v2/repository/models/m/unload", `[]`},
+	} {
+		if status, body := g.adminPost(c.path, c.body); status != 400 {
+			t.Fatalf("%s %s: %d %s, want 400", c.path, c.body, status, body)
+		}
+	}
+	if g.metric("gateway_queue_length", `model="m"`) != n {
+		t.Fatalf("a refused repository request changed what is served")
+	}
+	if status, body := g.adminPost("/v2/repository/models/m/unload", `{"parameters":{"unload_dependents":false}}`); status != 200 {
 		t.Fatalf("unload: %d %s", status, body)
 	}
 	if status, _, _ := g.inferMeans("/v2/models/m/infer", img); status != 404 {
