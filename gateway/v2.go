@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/imagegate/imagegate/preprocess"
 )
 
 // The Open Inference Protocol (KServe v2) over HTTP:
@@ -18,6 +20,7 @@ import (
 //	GET  /v2/health/live, /v2/health/ready    liveness, readiness
 //	GET  /v2/models/{m}[/versions/{v}]        model metadata
 //	GET  /v2/models/{m}[/versions/{v}]/ready  model readiness
+//	GET  /v2/models/{m}[/versions/{v}]/config model configuration (Triton's extension)
 //	POST /v2/models/{m}[/versions/{v}]/infer  inference
 //
 // Each model is served under two names. {name} is its image interface: one BYTES input of
@@ -117,6 +120,12 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 			status = fasthttp.StatusServiceUnavailable
 		}
 		s.writeJSON(ctx, status, map[string]any{"name": m.name + map[bool]string{true: tensorSuffix}[tensorOnly], "ready": ready})
+	case "config":
+		if !isGet {
+			s.methodNotAllowed(ctx, "GET")
+			return
+		}
+		s.modelConfig(ctx, m, tensorOnly)
 	case "infer":
 		if !ctx.IsPost() {
 			m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
@@ -149,6 +158,38 @@ func (s *Server) modelMetadata(ctx *fasthttp.RequestCtx, m *model, tensorOnly bo
 		"platform": "onnxruntime_onnx",
 		"inputs":   []any{input},
 		"outputs":  []any{map[string]any{"name": m.outputName, "datatype": "FP32", "shape": []int64{-1, int64(m.classes)}}},
+	})
+}
+
+// modelConfig answers Triton's model configuration extension (GET .../config), which its
+// tools read before they send anything (perf_analyzer stops without it; Triton's image
+// client takes max_batch_size from it). Dimensions are per sample, as in Triton's
+// configuration: the image interface takes one encoded image per sample (shape [n] or
+// [n, 1]), the tensor interface the model's input. max_batch_size is what one request may
+// carry (batching.max_batch_size times runtime.instances).
+func (s *Server) modelConfig(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool) {
+	name := m.name
+	input := map[string]any{"name": m.inputName, "data_type": "TYPE_STRING", "format": "FORMAT_NONE", "dims": []int64{1}}
+	if tensorOnly {
+		name += tensorSuffix
+		format := "FORMAT_NCHW"
+		if m.pre.Options().Layout == preprocess.NHWC {
+			format = "FORMAT_NHWC"
+		}
+		dt := "TYPE_FP32"
+		if m.datatype == "UINT8" {
+			dt = "TYPE_UINT8"
+		}
+		input = map[string]any{"name": m.inputName, "data_type": dt, "format": format, "dims": m.shape}
+	}
+	s.writeJSON(ctx, 200, map[string]any{
+		"name":             name,
+		"platform":         "onnxruntime_onnx",
+		"backend":          "onnxruntime",
+		"max_batch_size":   m.maxBatch * m.instances,
+		"input":            []any{input},
+		"output":           []any{map[string]any{"name": m.outputName, "data_type": "TYPE_FP32", "dims": []int64{int64(m.classes)}}},
+		"dynamic_batching": map[string]any{},
 	})
 }
 

@@ -353,7 +353,46 @@ func TestConformance(t *testing.T) {
 		len(m.Outputs) != 1 || !slices.Equal(m.Outputs[0].Shape, []int64{-1, 1000}) {
 		t.Fatalf("tensor interface metadata: %+v", m)
 	}
-	for _, p := range []string{"/v2/models/nope", "/v2/models/mobilenetv2/versions/2", "/v2/models/mobilenetv2/versions/2/ready"} {
+	// Triton's model configuration (extension_model_configuration.md), which perf_analyzer and
+	// Triton's image client read first: per-sample dims, and max_batch_size the samples one
+	// request may carry (max_batch_size 4 x 2 instances).
+	type modelConfig struct {
+		Name, Platform, Backend string
+		MaxBatchSize            int `json:"max_batch_size"`
+		Input, Output           []struct {
+			Name     string
+			DataType string `json:"data_type"`
+			Format   string
+			Dims     []int64
+		}
+		DynamicBatching *struct{} `json:"dynamic_batching"`
+	}
+	config := func(path string) modelConfig {
+		a := g.do("GET", path, "", nil)
+		var mc modelConfig
+		dec := json.NewDecoder(bytes.NewReader(a.body))
+		dec.DisallowUnknownFields()
+		if a.status != 200 || dec.Decode(&mc) != nil || len(mc.Input) != 1 || len(mc.Output) != 1 || mc.DynamicBatching == nil ||
+			mc.Platform != "onnxruntime_onnx" || mc.MaxBatchSize != 8 || mc.Output[0].Name != "output" ||
+			mc.Output[0].DataType != "TYPE_FP32" || !slices.Equal(mc.Output[0].Dims, []int64{1000}) {
+			t.Fatalf("GET %s: %d %s", path, a.status, a.body)
+		}
+		return mc
+	}
+	for _, p := range []string{"/v2/models/mobilenetv2/config", "/v2/models/mobilenetv2/versions/1/config"} {
+		if in := config(p).Input[0]; in.Name != "input" || in.DataType != "TYPE_STRING" || !slices.Equal(in.Dims, []int64{1}) {
+			t.Fatalf("GET %s: input %+v", p, in)
+		}
+	}
+	if mc := config("/v2/models/mobilenetv2.tensor/config"); mc.Name != "mobilenetv2.tensor" || mc.Input[0].DataType != "TYPE_FP32" ||
+		mc.Input[0].Format != "FORMAT_NCHW" || !slices.Equal(mc.Input[0].Dims, []int64{3, 224, 224}) {
+		t.Fatalf("tensor interface configuration: %+v", mc)
+	}
+	nine := `{"inputs":[{"name":"input","shape":[9],"datatype":"BYTES","data":[` + strings.Repeat(`"aGk=",`, 8) + `"aGk="]}]}`
+	if a := g.do("POST", "/v2/models/mobilenetv2/infer", "application/json", []byte(nine)); a.status != 400 || !strings.Contains(string(a.body), "at most 8") {
+		t.Fatalf("9 samples, one more than max_batch_size: %d %s", a.status, a.body)
+	}
+	for _, p := range []string{"/v2/models/nope", "/v2/models/mobilenetv2/versions/2", "/v2/models/mobilenetv2/versions/2/ready", "/v2/models/mobilenetv2/versions/2/config"} {
 		a := g.do("GET", p, "", nil)
 		if a.status != 404 {
 			t.Errorf("GET %s: %d, want 404", p, a.status)
