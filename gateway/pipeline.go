@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -435,17 +436,21 @@ func (s *Server) readBody(r *request) error {
 			return fmt.Errorf("%w (server.read_timeout %v)", errReadTimeout, s.opts.ReadTimeout)
 		case errors.Is(err, errBodyTooLarge), errors.Is(err, errOverloaded), errors.Is(err, errTooLarge):
 			return err
+		case connEnded(err):
+			return fmt.Errorf("%w: the connection ended inside the request body", errClientGone)
 		}
 		// fasthttp's error text quotes what it could not parse (a trailer line, a chunk
 		// size): never sent back, nor logged.
 		if declared == -1 {
 			return bodyErr("cannot read the request body: its chunked encoding is malformed (a chunk size, a CRLF or a trailer line)")
 		}
-		return bodyErr("cannot read the request body: the connection ended before Content-Length bytes")
+		return bodyErr("cannot read the request body")
 	}
 	r.bodyDone = true
-	if declared >= 0 && int64(len(body)) != declared {
-		return bodyErr("the body has %d bytes, Content-Length says %d", len(body), declared)
+	if declared >= 0 && int64(len(body)) < declared {
+		// The stream ends early only when the connection does: the client left (or shut
+		// its sending side, which the gateway reads as leaving), and reads no answer.
+		return fmt.Errorf("%w: the connection ended after %d of the body's %d bytes", errClientGone, len(body), declared)
 	}
 	switch enc := h.Peek(fasthttp.HeaderContentEncoding); {
 	case len(enc) == 0, bytes.EqualFold(enc, []byte("identity")):
@@ -566,6 +571,13 @@ func drainBuffer() ([]byte, func()) {
 
 // bodyChunk is the first reservation for a body, and the smallest growth.
 const bodyChunk = 64 << 10
+
+// connEnded reports whether a body read failed because the connection ended (closed or reset
+// by the client) rather than because of what the client sent.
+func connEnded(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
 
 // readAll reads src to its end into *buf, growing it (doubling from bodyChunk, up to the
 // declared length when there is one) as bytes arrive; each growth is taken from the memory

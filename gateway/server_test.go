@@ -1350,3 +1350,38 @@ func TestV2DuplicateKeysAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLeavingMidBodyIsCanceled: a client that closes its connection before its body is
+// whole has left: counted as canceled (499, nothing written), not as a malformed request (400,
+// which it never reads), with Content-Length and with chunked framing.
+func TestClientLeavingMidBodyIsCanceled(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	img := append(solidPNG(t, 16, 16, 5), make([]byte, 64<<10)...) // more than fasthttp reads ahead
+	for i, head := range []string{
+		fmt.Sprintf("POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n", 2*len(img)),
+		"POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n", 2*len(img)),
+	} {
+		c, err := ts.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, head)
+		c.Write(img)
+		time.Sleep(50 * time.Millisecond)
+		c.Close()
+		waitUntil(t, func() bool {
+			return ts.metric(`gateway_requests_total{model="m",version="1",code="499"}`) == float64(i+1)
+		})
+		if v := ts.metric(`gateway_request_failures_total{model="m",version="1",reason="canceled"}`); v != float64(i+1) {
+			t.Fatalf("case %d: canceled = %v, want %d", i, v, i+1)
+		}
+		if v := ts.metric(`gateway_request_failures_total{model="m",version="1",reason="bad_input"}`); v != 0 {
+			t.Fatalf("case %d: bad_input = %v, want 0", i, v)
+		}
+	}
+	// A body that is malformed, not cut short, is still a 400 to a client that reads it.
+	_, r := answerWithinReadTimeout(t, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")
+	if r.StatusCode != 400 {
+		t.Fatalf("malformed chunk size: %d, want 400", r.StatusCode)
+	}
+}
