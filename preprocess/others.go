@@ -89,6 +89,8 @@ type otherPlan struct {
 	gif      gifFrame
 	// compression of a TIFF (tag 259): 1 none
 	compression uint32
+	// photometric interpretation of a TIFF (tag 262): 0 WhiteIsZero, 1 BlackIsZero, ...
+	photometric uint32
 	// segments: a TIFF's strips or tiles, each read (and, compressed,
 	// inflated by a decompressor of its own) on its own
 	segments int64
@@ -118,6 +120,11 @@ func (p *Preprocessor) planOther(f format, data []byte) (otherPlan, error) {
 	case formatBMP:
 		cfg, err = bmp.DecodeConfig(bytes.NewReader(data))
 	case formatTIFF:
+		if pc, ok := tiffTag(data, 284); ok && pc == 2 {
+			// x/image/tiff reads chunky (interleaved) samples only, and took
+			// the planes for a file cut short.
+			return pl, fmt.Errorf("cannot decode TIFF: separate color planes (PlanarConfiguration 2) are not supported: %w", ErrUnsupportedFormat)
+		}
 		cfg, err = tiff.DecodeConfig(&byteReader{b: data})
 	}
 	if err != nil {
@@ -164,6 +171,7 @@ func (p *Preprocessor) planOther(f format, data []byte) (otherPlan, error) {
 		default:
 			return pl, fmt.Errorf("cannot decode TIFF: compression %d is not supported: %w", pl.compression, ErrUnsupportedFormat)
 		}
+		pl.photometric, _ = tiffTag(data, 262)
 		pl.depth = 8
 		switch cfg.ColorModel {
 		case color.GrayModel:
@@ -234,6 +242,9 @@ func (p *Preprocessor) decodeOther(f format, data []byte, s *scratch, out sink) 
 	if b := img.Bounds(); f != formatGIF && (b.Dx() != pl.w || b.Dy() != pl.h) {
 		return fmt.Errorf("cannot decode %s: decoded %dx%d, header %dx%d: %w", f.name(), b.Dx(), b.Dy(), pl.w, pl.h, ErrBadImage)
 	}
+	if f == formatTIFF {
+		tiffAsLibtiff(img, &pl)
+	}
 	var r imageRows
 	if err := r.init(img, pl.w, pl.h); err != nil {
 		return fmt.Errorf("cannot decode %s: %v: %w", f.name(), err, ErrBadImage)
@@ -244,6 +255,42 @@ func (p *Preprocessor) decodeOther(f format, data []byte, s *scratch, out sink) 
 		}
 	}
 	return p.resampleRows(&r, pl.orient, s, out)
+}
+
+// tiffAsLibtiff makes what x/image/tiff decoded what libtiff, and so
+// Pillow, reads from the same file, where the two differ:
+//
+//   - CCITT (Group 3 and 4) data codes white and black runs; libtiff writes
+//     a white run as 0 bits whatever the photometric tag says, so with
+//     BlackIsZero (which Pillow writes its fax files with) white runs are
+//     black. x/image/tiff always makes them white.
+//   - RGBA with associated alpha (ExtraSamples 1) is premultiplied; Pillow
+//     (raw mode "RGBa") divides it out before convert('RGB') drops alpha:
+//     v*255/a, clipped to 255, and black where alpha is 0. x/image/tiff
+//     returns the premultiplied values (as image.RGBA, which its RGB files
+//     without alpha also decode to, with alpha 255: left as they are).
+func tiffAsLibtiff(img image.Image, pl *otherPlan) {
+	switch m := img.(type) {
+	case *image.Gray:
+		if (pl.compression == 3 || pl.compression == 4) && pl.photometric == 1 {
+			for i := range m.Pix {
+				m.Pix[i] = 255 - m.Pix[i]
+			}
+		}
+	case *image.RGBA:
+		for i := 0; i+3 < len(m.Pix); i += 4 {
+			q := m.Pix[i : i+4 : i+4]
+			switch a := int(q[3]); a {
+			case 255:
+			case 0:
+				q[0], q[1], q[2] = 0, 0, 0
+			default:
+				q[0] = uint8(min(int(q[0])*255/a, 255))
+				q[1] = uint8(min(int(q[1])*255/a, 255))
+				q[2] = uint8(min(int(q[2])*255/a, 255))
+			}
+		}
+	}
 }
 
 // imageRows reads 8-bit RGB or gray rows out of a decoded image.Image, as

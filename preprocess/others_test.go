@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/color"
 	"image/gif"
+	"slices"
 	"testing"
 
 	"golang.org/x/image/bmp"
@@ -266,6 +267,22 @@ func otherCases(tb testing.TB, w, h int) []struct {
 	}
 	cases[2].want = drop
 	cases[7].want = drop
+	// RGBA with associated (premultiplied) alpha: Pillow divides it out (v*255/a, clipped,
+	// black where a is 0) before alpha is dropped.
+	pre, unpre := image.NewRGBA(rgb.Rect), image.NewRGBA(rgb.Rect)
+	for y := range h {
+		for x := range w {
+			c, a := rgb.RGBAAt(x, y), (x*7+y*3)%256
+			p := color.RGBA{uint8(int(c.R) * a / 255), uint8(int(c.G) * a / 255), uint8(int(c.B) * a / 255), uint8(a)}
+			pre.SetRGBA(x, y, p)
+			u := color.RGBA{A: 255}
+			if a > 0 {
+				u.R, u.G, u.B = uint8(min(int(p.R)*255/a, 255)), uint8(min(int(p.G)*255/a, 255)), uint8(min(int(p.B)*255/a, 255))
+			}
+			unpre.SetRGBA(x, y, u)
+		}
+	}
+	cases = append(cases, tc{"tiff rgba associated", encodeTIFF(tb, pre, tiff.Deflate), unpre})
 	for o := 1; o <= 8; o++ {
 		cases = append(cases, tc{"tiff orientation " + string(rune('0'+o)), tiffWithOrientation(rgb, o), orientedRGB(rgb, o)})
 	}
@@ -329,6 +346,7 @@ func TestOtherFormatsErrors(t *testing.T) {
 			return append(b[:13], b[25:]...)
 		}(), ErrBadImage},
 		{"tiff magic only", p, []byte("II*\x00"), ErrBadImage},
+		{"tiff planar", p, handTIFF(8, 4, [][3]uint32{{258, 3, 8}, {259, 3, 1}, {262, 3, 2}, {277, 3, 3}, {284, 3, 2}}, make([]byte, 3*8*4)), ErrUnsupportedFormat},
 		{"bmp header only", p, bmp24[:54], ErrBadImage},
 	}
 	for _, c := range cases {
@@ -339,6 +357,60 @@ func TestOtherFormatsErrors(t *testing.T) {
 		_, perr := c.p.Probe(c.data)
 		if pc, pcl := errClass(perr), errClass(err); !probeAgrees(pc, pcl) {
 			t.Errorf("%s: Probe %v, Process %v", c.name, perr, err)
+		}
+	}
+}
+
+// handTIFF is a little-endian TIFF of one strip holding data, with width, height, the strip
+// tags and the given tags (tag, type, value; count 1, in ascending order, all below 273 or
+// between 274 and 278, or above 279).
+func handTIFF(w, h int, tags [][3]uint32, data []byte) []byte {
+	all := append([][3]uint32{{256, 4, uint32(w)}, {257, 4, uint32(h)}}, tags...)
+	all = append(all, [3]uint32{273, 4, 0}, [3]uint32{278, 4, uint32(h)}, [3]uint32{279, 4, uint32(len(data))})
+	slices.SortFunc(all, func(a, b [3]uint32) int { return int(a[0]) - int(b[0]) })
+	le := binary.LittleEndian
+	b := le.AppendUint32([]byte("II*\x00"), 8)
+	b = le.AppendUint16(b, uint16(len(all)))
+	dataAt := uint32(8 + 2 + 12*len(all) + 4)
+	for _, e := range all {
+		if e[0] == 273 {
+			e[2] = dataAt
+		}
+		b = le.AppendUint16(b, uint16(e[0]))
+		b = le.AppendUint16(b, uint16(e[1]))
+		b = le.AppendUint32(b, 1)
+		if e[1] == 3 {
+			b = le.AppendUint16(b, uint16(e[2]))
+			b = le.AppendUint16(b, 0)
+		} else {
+			b = le.AppendUint32(b, e[2])
+		}
+	}
+	b = le.AppendUint32(b, 0)
+	return append(b, data...)
+}
+
+// TestCCITTAsLibtiff: CCITT (fax) data codes white and black runs; libtiff, and so Pillow,
+// writes a white run as 0 bits and then reads the bits by the photometric tag, so that with
+// BlackIsZero (what Pillow writes its group3/group4 files with) white runs are black.
+// x/image/tiff made them white: every Pillow-written fax file came out as a negative. Each
+// row of the Group 4 data here is one V0 code (a 1 bit): a row the same as the one above,
+// which for the first row is all white runs.
+func TestCCITTAsLibtiff(t *testing.T) {
+	p := mustNew(t, Options{Width: 16, Height: 8, Mode: ModeStretch, Layout: NHWC})
+	got := make([]byte, p.SlotLen())
+	for _, c := range []struct {
+		photometric uint32
+		want        byte
+	}{{0, 255}, {1, 0}} {
+		tif := handTIFF(16, 8, [][3]uint32{{258, 3, 1}, {259, 3, 4}, {262, 3, c.photometric}, {277, 3, 1}}, []byte{0xff})
+		if err := p.ProcessUint8(tif, got); err != nil {
+			t.Fatalf("photometric %d: %v", c.photometric, err)
+		}
+		for i, v := range got {
+			if v != c.want {
+				t.Fatalf("photometric %d: value %d is %d, want %d (Pillow's reading)", c.photometric, i, v, c.want)
+			}
 		}
 	}
 }

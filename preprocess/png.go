@@ -174,7 +174,7 @@ import (
 //
 // Conversion, as Pillow's convert('RGB') (and this package's image/png path
 // before it): alpha is dropped, not composited; tRNS ignored; palettes
-// expanded, indices past the palette's end black; 16-bit samples keep their
+// expanded, indices past the palette's end gray (i, i, i); 16-bit samples keep their
 // high byte; gray (with or without alpha) stays one channel; 1, 2 and 4-bit
 // gray are scaled to 0..255 (x255, x85, x17).
 
@@ -417,10 +417,15 @@ func (c *pngConverter) init(pl *pngPlan, d *pngDecoder) {
 		c.direct, c.bpp = true, pl.channels()
 	}
 	if pl.colorType == 3 {
-		// Entries past the palette's end stay black (c.pal is zero: this
-		// converter is new for every image).
-		for i := range min(int(d.n), 256) {
+		// An index past the palette's end (an invalid file that decoders
+		// accept) reads as Pillow reads it: from its default palette, the
+		// gray ramp, (i, i, i).
+		n := min(int(d.n), 256)
+		for i := range n {
 			c.pal[i] = [3]uint8{uint8(d.plte[3*i]), uint8(d.plte[3*i+1]), uint8(d.plte[3*i+2])}
+		}
+		for i := n; i < 256; i++ {
+			c.pal[i] = [3]uint8{uint8(i), uint8(i), uint8(i)}
 		}
 	}
 }

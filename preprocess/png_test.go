@@ -6,10 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +29,17 @@ func pngReference(tb testing.TB, p *Preprocessor, data []byte) []byte {
 	img, err := png.Decode(bytes.NewReader(data))
 	if err != nil {
 		tb.Fatalf("image/png: %v", err)
+	}
+	if m, ok := img.(*image.Paletted); ok {
+		// image/png pads a short palette with black; Pillow's default palette, past the
+		// file's entries, is the gray ramp.
+		if i := bytes.Index(data, []byte("PLTE")); i >= 4 {
+			n := int(binary.BigEndian.Uint32(data[i-4:])) / 3
+			m.Palette = slices.Clone(m.Palette)
+			for k := n; k < len(m.Palette); k++ {
+				m.Palette[k] = color.RGBA{uint8(k), uint8(k), uint8(k), 255}
+			}
+		}
 	}
 	s := &scratch{fresh: true}
 	src := toSource(img, s)
@@ -302,5 +316,35 @@ func pngBurstChild(t *testing.T) {
 		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 			fmt.Printf("burst VmHWM kB: %s\n", strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 		}
+	}
+}
+
+// TestPNGPaletteIndexPastItsEnd: an index past the end of PLTE (an invalid file, which the
+// decoders accept) reads as Pillow reads it, from its default palette, the gray ramp
+// (i, i, i); it was black.
+func TestPNGPaletteIndexPastItsEnd(t *testing.T) {
+	const w, h = 16, 16
+	file := makePNG(t, pngSpec{w: w, h: h, colorType: 3, depth: 8, plte: [][3]uint8{{200, 10, 20}, {5, 250, 6}},
+		sample: func(x, y, c int) uint16 { return uint16(y*w + x) }})
+	want := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			c := color.RGBA{uint8(y*w + x), uint8(y*w + x), uint8(y*w + x), 255}
+			switch y*w + x {
+			case 0:
+				c = color.RGBA{200, 10, 20, 255}
+			case 1:
+				c = color.RGBA{5, 250, 6, 255}
+			}
+			want.SetRGBA(x, y, c)
+		}
+	}
+	p := mustNew(t, Options{Width: w, Height: h, Mode: ModeStretch, Layout: NHWC})
+	ref, got := make([]byte, p.SlotLen()), make([]byte, p.SlotLen())
+	mustProcessU8(t, p, encodePNG(t, want), ref)
+	mustProcessU8(t, p, file, got)
+	if !bytes.Equal(got, ref) {
+		m, x := diff(got, ref)
+		t.Fatalf("differs from Pillow's reading: mean %.4f max %.4f", m, x)
 	}
 }
