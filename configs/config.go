@@ -147,7 +147,7 @@ type Preprocess struct {
 	// FullDecode decodes JPEGs at full size instead of the smallest DCT scale that covers the
 	// resize target: bit-identical to torchvision (PIL), about 2 ms slower per photo.
 	FullDecode bool `yaml:"full_decode"`
-	// MaxPixels refuses images whose header declares more pixels. Default 50,000,000.
+	// MaxPixels refuses images whose header declares more pixels. Default 89,478,485 (Pillow's MAX_IMAGE_PIXELS).
 	MaxPixels int64 `yaml:"max_pixels"`
 }
 
@@ -384,7 +384,7 @@ func (c *Config) setDefaults() {
 			p.Scale = "normalized"
 		}
 		if p.MaxPixels == 0 {
-			p.MaxPixels = 50_000_000
+			p.MaxPixels = 89_478_485 // Pillow's MAX_IMAGE_PIXELS, preprocess.DefaultMaxPixels
 		}
 		b := &m.Batching
 		if b.MaxBatchSize == 0 {

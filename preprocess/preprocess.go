@@ -57,8 +57,14 @@ const (
 
 // Defaults applied by New to zero-valued fields.
 const (
-	DefaultSize      = 224
-	DefaultMaxPixels = 50_000_000
+	DefaultSize = 224
+	// DefaultMaxPixels is Pillow's Image.MAX_IMAGE_PIXELS: every image
+	// torchvision's loader decodes without a DecompressionBombWarning is
+	// accepted (a 50-megapixel phone photo, 8160x6144, was refused at the
+	// old 50,000,000). Memory does not follow the pixel count (see
+	// docs/preprocessing.md, "max_pixels"); the gateway's budget takes each
+	// decode's PeakBytes before it starts.
+	DefaultMaxPixels = 89_478_485
 	maxSide          = 16384 // largest accepted Width, Height or Resize
 )
 

@@ -62,7 +62,7 @@ func TestErrorClasses(t *testing.T) {
 		{"empty.jpg", ErrBadImage, "empty body"},
 		{"not_an_image.jpg", ErrUnsupportedFormat, "not JPEG, PNG, WebP, GIF, BMP or TIFF"},
 		{"truncated_landscape.jpg", ErrBadImage, "truncated"},
-		{"bomb_50000x50000.png", ErrTooLarge, "max_pixels=50000000"},
+		{"bomb_50000x50000.png", ErrTooLarge, "max_pixels=89478485"},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -434,4 +434,25 @@ func encodePNG(t *testing.T, img image.Image) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestDefaultMaxPixelsIsPillows: the default accepts what torchvision's loader (Pillow)
+// decodes without a DecompressionBombWarning, a 50-megapixel phone photo (8160x6144) among
+// them, which the old default (50,000,000) refused; one pixel over Pillow's limit is refused.
+func TestDefaultMaxPixelsIsPillows(t *testing.T) {
+	p := mustNew(t, Options{})
+	header := func(w, h int) []byte { // a gray baseline JPEG's header: SOI, SOF0, SOS
+		return []byte{0xFF, 0xD8, 0xFF, 0xC0, 0, 11, 8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 1, 1, 0x11, 0,
+			0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0}
+	}
+	if _, err := p.Probe(header(8160, 6144)); err != nil {
+		t.Fatalf("8160x6144: %v", err)
+	}
+	// 9459x9459 = 89,472,681 pixels: under Pillow's 89,478,485; 9460x9459 is over it.
+	if _, err := p.Probe(header(9459, 9459)); err != nil {
+		t.Fatalf("9459x9459: %v", err)
+	}
+	if _, err := p.Probe(header(9460, 9459)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("9460x9459 (89,482,140 pixels): %v, want ErrTooLarge", err)
+	}
 }
