@@ -165,3 +165,52 @@ func TestByteSizeAndLabels(t *testing.T) {
 		t.Fatalf("text labels: %q %v", l, err)
 	}
 }
+
+// TestMemoryLimitReadsCgroups: the memory budget's default follows the tightest cgroup limit,
+// cgroup v2 or v1 (v1 was not read: on a v1 host a 1 GiB container got a budget of its whole
+// limit and was OOM-killed under held uploads), nested or at the mount's root, never above the
+// machine's memory.
+func TestMemoryLimitReadsCgroups(t *testing.T) {
+	const gib = 1 << 30
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+	}{
+		{"no cgroup", map[string]string{}, 8 * gib},
+		{"v2 at the namespace root", map[string]string{
+			"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "1073741824\n"}, gib},
+		{"v2 nested, unlimited below a limited parent", map[string]string{
+			"proc/self/cgroup":                           "0::/kubepods/pod1/ctr\n",
+			"sys/fs/cgroup/kubepods/pod1/ctr/memory.max": "max\n",
+			"sys/fs/cgroup/kubepods/pod1/memory.max":     "536870912\n",
+			"sys/fs/cgroup/kubepods/memory.max":          "4294967296\n"}, gib / 2},
+		{"v1 with the host's path, the container's cgroup at the mount's root", map[string]string{
+			"proc/self/cgroup":                           "12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n1:name=systemd:/docker/abc\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": "1073741824\n"}, gib},
+		{"v1 nested", map[string]string{
+			"proc/self/cgroup":                                                   "4:memory:/kubepods/burstable/pod2\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":                         "9223372036854771712\n",
+			"sys/fs/cgroup/memory/kubepods/burstable/pod2/memory.limit_in_bytes": "805306368\n"}, 768 << 20},
+		{"a limit above the machine's memory", map[string]string{
+			"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "68719476736\n"}, 8 * gib},
+	} {
+		root := t.TempDir()
+		files := map[string]string{"proc/meminfo": "MemTotal:        8388608 kB\nMemFree:         1 kB\n"}
+		for k, v := range c.files {
+			files[k] = v
+		}
+		for name, data := range files {
+			p := filepath.Join(root, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := memoryLimit(root); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}

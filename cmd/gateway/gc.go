@@ -43,10 +43,13 @@ func gcPercentFor(live uint64) int {
 	return max(p, gcPercent)
 }
 
-// setGC applies the policy unless the environment sets GOGC or GOMEMLIMIT: GOGC follows
-// gcPercentFor, read from the runtime's live-heap metric every gcInterval.
+// setGC applies the policy unless the environment sets GOGC: GOGC follows gcPercentFor, read
+// from the runtime's live-heap metric every gcInterval. A GOMEMLIMIT in the environment (the
+// manifests set one below the container's limit) still applies on top: Go collects at
+// whichever of the two comes first. (It turned the policy off, and pods ran at GOGC 100:
+// peak RSS 140 MB against 125 without it in the same run.)
 func setGC(log *slog.Logger) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+	if os.Getenv("GOGC") != "" {
 		return
 	}
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}

@@ -24,6 +24,8 @@ func trimHeap() { C.malloc_trim(0) }
 // (at least 2) keeps contention low. MALLOC_ARENA_MAX in the environment takes precedence.
 func init() {
 	if os.Getenv("MALLOC_ARENA_MAX") == "" {
-		C.mallopt(C.M_ARENA_MAX, C.int(max(2, runtime.NumCPU())))
+		// GOMAXPROCS as Go sets it by default (this runs before main may raise it): the
+		// container's CPU limit where there is one, not every CPU of the node.
+		C.mallopt(C.M_ARENA_MAX, C.int(max(2, runtime.GOMAXPROCS(0))))
 	}
 }
