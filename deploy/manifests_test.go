@@ -331,6 +331,11 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 		t.Errorf("Deployment selector %v does not select its pods %v", d.Spec.Selector.MatchLabels, pod.Labels)
 	}
 	ctr := checkContainer(t, "Deployment "+d.Name, pod.Spec.Containers, pod.Spec.SecurityContext)
+	if d.Spec.Replicas != nil && hpa.Spec.ScaleTargetRef.Name == d.Name {
+		// Each apply would write it over the count the HPA chose (scaling a busy fleet down),
+		// as Kubernetes' HPA documentation warns.
+		t.Errorf("Deployment %s sets replicas (%d) while HPA %s owns the count", d.Name, *d.Spec.Replicas, hpa.Name)
+	}
 
 	// The config comes from a ConfigMap of this rendering, mounted where -config points.
 	cfgPath := argValue(ctr.Args, "-config")
@@ -479,8 +484,13 @@ func checkContainer(t *testing.T, what string, ctrs []corev1.Container, podSC *c
 	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
 		t.Errorf("%s: capabilities must drop ALL and add none", what)
 	}
-	if podSC != nil && (podSC.SeccompProfile == nil || podSC.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault) {
-		t.Errorf("%s: the pod's seccompProfile should be RuntimeDefault", what)
+	// Restricted: a seccomp profile on the pod or on the container (a ServingRuntime has no
+	// pod-level security context: it must be the container's).
+	seccomp := func(p *corev1.SeccompProfile) bool {
+		return p != nil && (p.Type == corev1.SeccompProfileTypeRuntimeDefault || p.Type == corev1.SeccompProfileTypeLocalhost)
+	}
+	if !seccomp(sc.SeccompProfile) && (podSC == nil || !seccomp(podSC.SeccompProfile)) {
+		t.Errorf("%s: no seccompProfile RuntimeDefault on the pod or the container (the restricted Pod Security Standard refuses the pod)", what)
 	}
 	return c
 }
@@ -663,7 +673,8 @@ type inferenceService struct {
 	} `json:"metadata"`
 	Spec struct {
 		Predictor struct {
-			TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
+			TerminationGracePeriodSeconds *int64                     `json:"terminationGracePeriodSeconds"`
+			DeploymentStrategy            *appsv1.DeploymentStrategy `json:"deploymentStrategy"`
 			Model                         struct {
 				ModelFormat struct {
 					Name string `json:"name"`
@@ -681,6 +692,7 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 	var isvc inferenceService
 	var hpa *autoscalingv2.HorizontalPodAutoscaler
 	var pm *monitoringv1.PodMonitor
+	var pdb *policyv1.PodDisruptionBudget
 	for _, m := range readManifests(t, manifestFiles(t)...) {
 		if !strings.HasPrefix(m.file, "kserve") {
 			continue
@@ -704,11 +716,13 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 				hpa = x
 			case *monitoringv1.PodMonitor:
 				pm = x
+			case *policyv1.PodDisruptionBudget:
+				pdb = x
 			}
 		}
 	}
-	if rt.Metadata.Name == "" || isvc.Metadata.Name == "" || hpa == nil || pm == nil {
-		t.Fatal("kserve/ should hold a ServingRuntime, an InferenceService, an HPA and a PodMonitor")
+	if rt.Metadata.Name == "" || isvc.Metadata.Name == "" || hpa == nil || pm == nil || pdb == nil {
+		t.Fatal("kserve/ should hold a ServingRuntime, an InferenceService, an HPA, a PodMonitor and a PodDisruptionBudget")
 	}
 	c := checkContainer(t, "ServingRuntime "+rt.Metadata.Name, rt.Spec.Containers, nil)
 	// The args KServe passes to custom runtimes; the gateway's kserve.go takes exactly these
@@ -742,6 +756,19 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 		t.Errorf("the queue-aware HPA replaces KServe's (autoscalerClass external) and targets %s-predictor, got %s", isvc.Metadata.Name, hpa.Spec.ScaleTargetRef.Name)
 	}
 	checkHPAMetrics(t, hpa)
+	// The plain Deployment's safeguards: rollouts keep capacity, disruptions take one pod at
+	// a time, the HPA scales down as slowly.
+	if ds := isvc.Spec.Predictor.DeploymentStrategy; ds == nil || ds.RollingUpdate == nil || ds.RollingUpdate.MaxUnavailable == nil ||
+		ds.RollingUpdate.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("InferenceService predictor deploymentStrategy should be a rolling update with maxUnavailable 0, got %+v", ds)
+	}
+	if hpa.Spec.Behavior == nil || hpa.Spec.Behavior.ScaleDown == nil || len(hpa.Spec.Behavior.ScaleDown.Policies) == 0 {
+		t.Errorf("HPA %s has no scale-down behavior (Kubernetes' default removes up to every pod per 15 s)", hpa.Name)
+	}
+	predictorLabels := map[string]string{"component": "predictor", "serving.kserve.io/inferenceservice": isvc.Metadata.Name}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || !subset(pdb.Spec.Selector.MatchLabels, predictorLabels) {
+		t.Errorf("PodDisruptionBudget %s should let one predictor pod of %s go at a time, got %+v", pdb.Name, isvc.Metadata.Name, pdb.Spec)
+	}
 	podLabels := map[string]string{"component": "predictor"}
 	for k, v := range rt.Spec.Labels {
 		podLabels[k] = v
