@@ -27,7 +27,8 @@ import (
 //	POST /v2/repository/models/{name}/unload  retire every version of a model
 //	POST /v2/repository/reload                reload the whole repository (as SIGHUP does)
 //
-// plus health, /metrics and Go's profiles (/debug/pprof/) on the admin listener.
+// plus server metadata (GET /v2, listing model_repository), health, /metrics and Go's profiles
+// (/debug/pprof/) on the admin listener.
 
 // adminMaxBody bounds an admin request's body (an index query, load or unload parameters).
 const adminMaxBody = 1 << 20
@@ -70,6 +71,12 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		s.handleRepository(ctx, path)
 	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"):
 		s.handle(ctx)
+	case path == "/v2" || path == "/v2/":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			s.methodNotAllowed(ctx, "GET")
+			return
+		}
+		s.serverMetadata(ctx, true) // lists model_repository, served here
 	case strings.HasPrefix(path, "/debug/pprof/"):
 		// Go's profiles (heap, CPU, goroutines) for whoever may use the admin API.
 		if s.adminTok != nil && !s.bearerOK(ctx) {

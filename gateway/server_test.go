@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1383,5 +1384,51 @@ func TestClientLeavingMidBodyIsCanceled(t *testing.T) {
 	_, r := answerWithinReadTimeout(t, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")
 	if r.StatusCode != 400 {
 		t.Fatalf("malformed chunk size: %d, want 400", r.StatusCode)
+	}
+}
+
+// TestRepositoryExtensionListedWhereServed: GET /v2 lists model_repository on the admin
+// listener, and on the public one only with an admin token (the repository API is then
+// served there to requests carrying it); it was listed on a public listener whose repository
+// paths answered 404.
+func TestRepositoryExtensionListedWhereServed(t *testing.T) {
+	extensions := func(get func() (int, []byte)) []string {
+		t.Helper()
+		status, body := get()
+		var md struct{ Extensions []string }
+		if status != 200 || json.Unmarshal(body, &md) != nil {
+			t.Fatalf("GET /v2: %d %s", status, body)
+		}
+		return md.Extensions
+	}
+	for _, token := range []string{"", "0123456789abcdef0123"} {
+		o := testOptions()
+		o.AdminToken = token
+		ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+		public := extensions(func() (int, []byte) { r := ts.do("GET", "/v2", "", nil); return r.status, r.body })
+		if slices.Contains(public, "model_repository") != (token != "") || !slices.Contains(public, "binary_tensor_data") {
+			t.Errorf("token %q: the public listener lists %v", token, public)
+		}
+		if token != "" {
+			if r := ts.do("POST", "/v2/repository/index", "", nil, "Authorization", "Bearer "+token); r.status != 200 {
+				t.Errorf("the repository index on the public listener, with the token: %d %s", r.status, r.body)
+			}
+		} else if r := ts.do("POST", "/v2/repository/index", "", nil); r.status != 404 {
+			t.Errorf("the repository index on the public listener without a token: %d, want 404", r.status)
+		}
+		ln := fasthttputil.NewInmemoryListener()
+		go ts.s.ServeAdmin(ln)
+		admin := extensions(func() (int, []byte) {
+			c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+			status, body, err := c.Get(nil, "http://admin/v2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return status, body
+		})
+		ln.Close()
+		if !slices.Contains(admin, "model_repository") {
+			t.Errorf("token %q: the admin listener lists %v", token, admin)
+		}
 	}
 }

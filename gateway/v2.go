@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -44,8 +45,21 @@ var Version = "dev"
 // tensorSuffix names a model's tensor interface.
 const tensorSuffix = ".tensor"
 
-// v2Extensions are the protocol extensions the gateway supports.
-var v2Extensions = []string{"binary_tensor_data", "classification", "model_repository"}
+// v2Extensions are the protocol extensions the gateway supports on every listener; the model
+// repository extension is listed where it is served (serverMetadata).
+var v2Extensions = []string{"binary_tensor_data", "classification"}
+
+// serverMetadata answers GET /v2. A client checks the extensions on the address it was given:
+// model_repository is listed on the admin listener, and on the public one only when an admin
+// token lets requests that carry it use the repository API there (it was listed on the public
+// listener, whose repository paths answered 404).
+func (s *Server) serverMetadata(ctx *fasthttp.RequestCtx, admin bool) {
+	ext := v2Extensions
+	if admin || s.adminTok != nil {
+		ext = append(slices.Clip(ext), "model_repository")
+	}
+	s.writeJSON(ctx, 200, map[string]any{"name": "imagegate", "version": Version, "extensions": ext})
+}
 
 func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 	isGet := ctx.IsGet() || ctx.IsHead()
@@ -55,7 +69,7 @@ func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 			s.methodNotAllowed(ctx, "GET")
 			return
 		}
-		s.writeJSON(ctx, 200, map[string]any{"name": "imagegate", "version": Version, "extensions": v2Extensions})
+		s.serverMetadata(ctx, false)
 	case path == "/v2/health/live":
 		writeJSONRaw(ctx, 200, `{"live":true}`)
 	case path == "/v2/health/ready":
