@@ -120,7 +120,7 @@ func (p *Preprocessor) planOther(f format, data []byte) (otherPlan, error) {
 	case formatBMP:
 		cfg, err = bmp.DecodeConfig(bytes.NewReader(data))
 	case formatTIFF:
-		if pc, ok := tiffTag(data, 284); ok && pc == 2 {
+		if pc, ok := tiffTag(data, 284); ok && pc == 2 && tiffSamples(data) > 1 {
 			// x/image/tiff reads chunky (interleaved) samples only, and took
 			// the planes for a file cut short.
 			return pl, fmt.Errorf("cannot decode TIFF: separate color planes (PlanarConfiguration 2) are not supported: %w", ErrUnsupportedFormat)
@@ -665,4 +665,13 @@ func tiffIFD0Whole(b []byte) bool {
 		return false
 	}
 	return off+2+12*int64(u16(b[off:]))+4 <= int64(len(b))
+}
+
+// tiffSamples is a TIFF's SamplesPerPixel (1 when absent): with one sample a pixel,
+// PlanarConfiguration 2 is the same layout as 1.
+func tiffSamples(data []byte) uint32 {
+	if spp, ok := tiffTag(data, 277); ok {
+		return spp
+	}
+	return 1
 }

@@ -414,3 +414,19 @@ func TestCCITTAsLibtiff(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanarGrayTIFFDecodes: with one sample a pixel, PlanarConfiguration 2 is the chunky
+// layout; such a file decodes (only multi-sample planar files are refused).
+func TestPlanarGrayTIFFDecodes(t *testing.T) {
+	p := mustNew(t, Options{Width: 8, Height: 4, Mode: ModeStretch, Layout: NHWC})
+	tif := handTIFF(8, 4, [][3]uint32{{258, 3, 8}, {259, 3, 1}, {262, 3, 1}, {277, 3, 1}, {284, 3, 2}}, bytes.Repeat([]byte{77}, 32))
+	got := make([]byte, p.SlotLen())
+	if err := p.ProcessUint8(tif, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if v != 77 {
+			t.Fatalf("value %d is %d, want 77", i, v)
+		}
+	}
+}
