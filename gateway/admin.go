@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -122,12 +123,18 @@ func (s *Server) handleRepository(ctx *fasthttp.RequestCtx, path string) {
 		return
 	}
 	start := time.Now()
+	body, ok := adminBody(ctx)
+	if !ok {
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "the admin API takes bodies of 1 MiB at most")
+		lingerOnClose(ctx) // the rest is read and dropped, so that the client reads the answer
+		return
+	}
 	switch {
 	case path == "/v2/repository/index":
 		var q struct {
 			Ready bool `json:"ready"`
 		}
-		if b := bytes.TrimSpace(ctx.Request.Body()); len(b) > 0 {
+		if b := bytes.TrimSpace(body); len(b) > 0 {
 			if err := json.Unmarshal(b, &q); err != nil {
 				writeError(ctx, fasthttp.StatusBadRequest, "the index request must be a JSON object such as {\"ready\": true}")
 				return
@@ -153,7 +160,7 @@ func (s *Server) handleRepository(ctx *fasthttp.RequestCtx, path string) {
 			s.notFound(ctx, path)
 			return
 		}
-		if msg := repositoryParams(action, ctx.Request.Body()); msg != "" {
+		if msg := repositoryParams(action, body); msg != "" {
 			writeError(ctx, fasthttp.StatusBadRequest, msg)
 			return
 		}
@@ -165,6 +172,21 @@ func (s *Server) handleRepository(ctx *fasthttp.RequestCtx, path string) {
 	default:
 		s.notFound(ctx, path)
 	}
+}
+
+// adminBody reads a repository request's body, adminMaxBody at most (ok false beyond). On the
+// public listener, where a token lets the repository API be served, bodies are streamed and
+// Request.Body would read one whole, past max_body_bytes and the memory budget.
+func adminBody(ctx *fasthttp.RequestCtx) (body []byte, ok bool) {
+	if int64(ctx.Request.Header.ContentLength()) > adminMaxBody {
+		return nil, false
+	}
+	stream := ctx.RequestBodyStream()
+	if stream == nil {
+		return ctx.Request.Body(), true
+	}
+	b, err := io.ReadAll(io.LimitReader(stream, adminMaxBody+1))
+	return b, err == nil && len(b) <= adminMaxBody
 }
 
 // repositoryParams checks the body of a load or unload request: none, or a JSON object whose

@@ -575,7 +575,7 @@ const bodyChunk = 64 << 10
 // connEnded reports whether a body read failed because the connection ended (closed or reset
 // by the client) rather than because of what the client sent.
 func connEnded(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 

@@ -1413,6 +1413,29 @@ func TestRepositoryExtensionListedWhereServed(t *testing.T) {
 			if r := ts.do("POST", "/v2/repository/index", "", nil, "Authorization", "Bearer "+token); r.status != 200 {
 				t.Errorf("the repository index on the public listener, with the token: %d %s", r.status, r.body)
 			}
+			// Its bodies are bounded there as on the admin listener (they were read whole,
+			// past max_body_bytes and the memory budget): declared, and chunked.
+			big := bytes.Repeat([]byte(" "), 2<<20)
+			if r := ts.do("POST", "/v2/repository/models/m/load", "application/json", big, "Authorization", "Bearer "+token); r.status != 413 {
+				t.Errorf("a 2 MiB load body on the public listener: %d, want 413", r.status)
+			}
+			c, err := ts.ln.Dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			go func() {
+				io.WriteString(c, "POST /v2/repository/models/m/load HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer "+token+"\r\nTransfer-Encoding: chunked\r\n\r\n")
+				for range 64 {
+					fmt.Fprintf(c, "%x\r\n%s\r\n", 32<<10, big[:32<<10])
+				}
+				io.WriteString(c, "0\r\n\r\n")
+			}()
+			r, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || r.StatusCode != 413 {
+				t.Errorf("a 2 MiB chunked load body on the public listener: %v %v, want 413", r, err)
+			}
+			c.Close()
 		} else if r := ts.do("POST", "/v2/repository/index", "", nil); r.status != 404 {
 			t.Errorf("the repository index on the public listener without a token: %d, want 404", r.status)
 		}
