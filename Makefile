@@ -38,6 +38,9 @@ vet:
 # data), every benchmark once so they keep compiling, and a short run of each fuzz target.
 test: setup-test build vet
 	GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -race -shuffle=on -count=1 -timeout 20m -skip '^TestReliability' ./...
+	# preprocess again without the race detector, every case: under it, the long
+	# single-goroutine comparisons run one case in eight (preprocess/racesubset_test.go)
+	$(GO) test -shuffle=on -count=1 -timeout 10m ./preprocess/
 	# the reliability scenarios' short form on their own: their clients keep time (an open loop,
 	# probes with deadlines), and beside other packages' race-instrumented tests on 2 CPUs a
 	# race-instrumented client fell seconds behind its schedule
