@@ -333,6 +333,9 @@ type conn struct {
 	lineDone bool    // the current request's first line has ended (serving goroutine only)
 	linger   bool    // close by lingerClose: the request's body was left unread (serving goroutine only)
 	opening  opening // the connection's first request line, checked as it arrives (serving goroutine only)
+	// discard is a buffer whose reader drops what lands in it (drainBody's, lingerClose's):
+	// a read into it is discarded in the kernel, never copied (serving goroutine only).
+	discard []byte
 
 	idleSince time.Time
 	requests  int
@@ -343,6 +346,13 @@ type conn struct {
 }
 
 func (c *conn) Read(b []byte) (int, error) {
+	if c.opening.done && inBuffer(b, c.discard) {
+		// Bytes that nobody will look at (fasthttp's stream hands a read straight to the
+		// socket when its buffer is empty; it never asks for more than the body has left).
+		if n, ok, err := c.discardRead(b); ok {
+			return n, err
+		}
+	}
 	n, err := c.Conn.Read(b)
 	if !c.opening.done && n > 0 {
 		if perr := c.opening.check(b[:n]); perr != nil {
@@ -471,7 +481,10 @@ func (c *conn) lingerClose() {
 			d = end
 		}
 		c.Conn.SetReadDeadline(d)
-		k, err := c.Conn.Read(buf[:])
+		k, ok, err := c.discardRead(buf[:])
+		if !ok {
+			k, err = c.Conn.Read(buf[:])
+		}
 		n += k
 		if err != nil {
 			return

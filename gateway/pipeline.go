@@ -518,6 +518,10 @@ func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	}
 	buf, put := drainBuffer()
 	defer put()
+	if c, ok := fc.Conn().(*conn); ok {
+		c.discard = buf // what the stream reads into buf is dropped in the kernel
+		defer func() { c.discard = nil }()
+	}
 	var n int64
 	empty := 0
 	for n <= s.opts.MaxBodyBytes {
