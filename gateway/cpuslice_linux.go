@@ -30,9 +30,15 @@ var sliceOK atomic.Bool
 
 func init() { sliceOK.Store(true) }
 
+// setSlice sets the calling thread's slice to d (0: the default), keeping its policy and its
+// niceness (sched_setattr sets both: a zero Nice field made a bulk thread's niceness 0 again).
 func setSlice(d time.Duration) bool {
-	a := unix.SchedAttr{Size: uint32(unsafe.Sizeof(unix.SchedAttr{})), Policy: unix.SCHED_NORMAL, Runtime: uint64(d)}
-	return unix.SchedSetAttr(0, &a, 0) == nil
+	a, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return false
+	}
+	a.Size, a.Runtime = uint32(unsafe.Sizeof(unix.SchedAttr{})), uint64(d)
+	return unix.SchedSetAttr(0, a, 0) == nil
 }
 
 // cpuBound runs f, a CPU-bound stretch, on its thread with the slice cpuSlice, and gives the
