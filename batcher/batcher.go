@@ -138,6 +138,11 @@ type Config struct {
 	// a single-threaded run without the time it was preempted by other work.
 	// nil: wall time.
 	CostClock func() time.Duration
+	// ThreadInit, optional, is called once by each batch loop on its own OS thread, which
+	// is then its for good: the loop's goroutine is locked to the thread and never unlocked,
+	// so the thread ends with the loop (a thread whose scheduling settings the function
+	// changed, a lower priority for instance, never runs other goroutines).
+	ThreadInit func()
 }
 
 // SubmitOptions are per-item options.

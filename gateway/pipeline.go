@@ -317,7 +317,7 @@ func (r *request) decodeImage(i int, img []byte) error {
 	if heavy {
 		err = atLowPriority(decode)
 	} else {
-		err = cpuBound(decode)
+		err = bulkRun(decode)
 	}
 	d := time.Since(t)
 	if err != nil && r.rctx.Err() != nil {
