@@ -13,8 +13,8 @@ import (
 // refuse requests, answer probes and write answers (and the clients, on a shared machine)
 // must not wait behind it: at niceness 5 they have three times its weight. It changes no
 // share while the latency-sensitive threads sleep, which is nearly all the time (a refusal is
-// about 100 µs of CPU). Under 4x overload on 2 CPUs (docs/reliability.md), refusals took
-// 9.8-11.2 ms at p99 as the client saw them with every thread at 0, and 6.0-6.2 ms with this.
+// about 100 µs of CPU). Under 4x overload on 2 CPUs (bench/history.md), refusals took
+// 9.1-9.5 ms at p99 as the client saw them with every thread at 0, and 4.4-4.9 ms with this.
 // A thread made nicer cannot be made less nice again without privileges, so the threads
 // that run at it are dedicated to such work for good: decodes are handed to a pool of them
 // (bulkRun), and each batch loop's thread is made one (BulkThread).
@@ -28,11 +28,17 @@ func BulkThread() {
 	unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), bulkNice)
 }
 
-// bulkThread is one dedicated bulk thread: a goroutine locked to it for good, running the
-// functions it is handed, one at a time.
+// bulkThread is one dedicated bulk thread: a goroutine locked to it for good, with the
+// scheduler slice cpuSlice, running the functions it is handed, one at a time.
 type bulkThread struct {
-	work chan func()
-	done chan any // the panic of the function, or nil
+	work chan func() error
+	done chan bulkResult
+}
+
+// bulkResult is what a function handed to a bulk thread returned, or panicked with.
+type bulkResult struct {
+	err   error
+	panic any
 }
 
 // bulkIdle holds the idle bulk threads. Stretches run at once on an idle thread, or on a new
@@ -43,10 +49,13 @@ const maxIdleBulk = 64
 var bulkIdle = make(chan *bulkThread, maxIdleBulk)
 
 func newBulkThread() *bulkThread {
-	t := &bulkThread{work: make(chan func()), done: make(chan any)}
+	t := &bulkThread{work: make(chan func() error), done: make(chan bulkResult)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
 		BulkThread()
+		if sliceOK.Load() && !setSlice(cpuSlice) { // once: the thread does nothing else
+			sliceOK.Store(false)
+		}
 		for f := range t.work {
 			t.done <- runCatching(f)
 		}
@@ -54,11 +63,10 @@ func newBulkThread() *bulkThread {
 	return t
 }
 
-// runCatching runs f and returns what it panicked with (nil if it returned).
-func runCatching(f func()) (p any) {
-	defer func() { p = recover() }()
-	f()
-	return nil
+// runCatching runs f and returns its error, or what it panicked with.
+func runCatching(f func() error) (r bulkResult) {
+	defer func() { r.panic = recover() }()
+	return bulkResult{err: f()}
 }
 
 // bulkRun runs f, a CPU-bound stretch (an image decode), on a bulk thread with the scheduler
@@ -70,16 +78,15 @@ func bulkRun(f func() error) error {
 	default:
 		t = newBulkThread()
 	}
-	var err error
-	t.work <- func() { err = cpuBound(f) }
-	p := <-t.done
+	t.work <- f
+	r := <-t.done
 	select {
 	case bulkIdle <- t:
 	default:
 		close(t.work)
 	}
-	if p != nil {
-		panic(p)
+	if r.panic != nil {
+		panic(r.panic)
 	}
-	return err
+	return r.err
 }
