@@ -62,6 +62,7 @@ func TestStrictAndValidation(t *testing.T) {
 		{"models: [{name: m, path: p, preprocess: {mode: squash}}]\n", "preprocess.mode"},
 		{"models: [{name: m, path: p, runtime: {execution_provider: tpu}}]\n", "runtime.execution_provider"},
 		{"models: [{name: m, path: p, runtime: {sessions: one}}]\n", "runtime.sessions"},
+		{"models: [{name: m, path: p, runtime: {hardswish_rewrite: yes}}]\n", "runtime.hardswish_rewrite: must be auto, on or off"},
 		{"models: [{name: m, path: p}, {name: m, path: q}]\n", "is used by another model"},
 		{"models: [{name: 'a b', path: p}]\n", "may hold only"},
 		{"models: [{name: _unknown, path: p}]\n", "must start with a letter or digit"},

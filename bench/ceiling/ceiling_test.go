@@ -48,7 +48,9 @@ func BenchmarkCeiling(b *testing.B) {
 	sessions := make([]*ort.Session[float32], workers)
 	for i := range sessions {
 		s, err := ort.NewSession[float32](ort.SessionConfig{ModelPath: "../../models/mobilenet_v3_small/model.onnx", InputName: "input",
-			OutputName: "output", InputShape: []int64{3, 224, 224}, MaxBatchSize: 1, IntraOp: 1, InterOp: 1})
+			OutputName: "output", InputShape: []int64{3, 224, 224}, MaxBatchSize: 1, IntraOp: 1, InterOp: 1,
+			// as the shipped config loads it (auto); CEILING_HARDSWISH_REWRITE=off: as it is
+			RewriteHardSwish: ort.HardSwishRewritePays() && os.Getenv("CEILING_HARDSWISH_REWRITE") != "off"})
 		if err != nil {
 			b.Fatal(err)
 		}

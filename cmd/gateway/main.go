@@ -368,7 +368,7 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 			ModelPath: m.Path, InputName: m.Input.Name, OutputName: m.Output.Name, InputShape: shape,
 			MaxBatchSize: m.Batching.MaxBatchSize, IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
 			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
-			NoCPUMemArena: m.Runtime.CPUMemArena == "off",
+			NoCPUMemArena: m.Runtime.CPUMemArena == "off", RewriteHardSwish: m.Runtime.HardSwishRewrite == "on" || (m.Runtime.HardSwishRewrite == "auto" && ort.HardSwishRewritePays()),
 		})
 		if err != nil {
 			closeAll()

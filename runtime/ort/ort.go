@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 
 	onnx "github.com/yalue/onnxruntime_go"
+	"golang.org/x/sys/cpu"
 )
 
 var (
@@ -133,6 +135,11 @@ type SessionConfig struct {
 	// NoCPUMemArena turns off ONNX Runtime's CPU memory arena: activations are allocated and
 	// freed per run (malloc) instead of kept in an arena sized by the largest batch run.
 	NoCPUMemArena bool
+	// RewriteHardSwish rewrites the model's HardSwish activations so that ONNX Runtime's
+	// blocked layout keeps them (rewrite.go). It applies on x86-64 (where that layout is
+	// used), with the CPU provider and graph optimization all; elsewhere it is ignored.
+	// HardSwishRewritePays tells where it was measured to pay.
+	RewriteHardSwish bool
 }
 
 // Elem is the element type of a served model's input: float32, or uint8 for models that take
@@ -170,6 +177,8 @@ type sessionCore struct {
 	sess *onnx.DynamicAdvancedSession
 	mu   sync.Mutex
 	refs int
+	// rewrites: HardSwish sites rewritten before ONNX Runtime loaded the model.
+	rewrites int
 }
 
 func (c *sessionCore) release() error {
@@ -246,7 +255,13 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 		return nil, err
 	}
 	defer opts.Destroy()
-	sess, err := onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+	var sess *onnx.DynamicAdvancedSession
+	data, sites := rewrittenModel(cfg)
+	if data != nil {
+		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+	} else {
+		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ort: cannot create a session for %s: %w", cfg.ModelPath, err)
 	}
@@ -254,8 +269,46 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	for _, d := range cfg.InputShape {
 		rowIn *= int(d)
 	}
-	return newInstance[T](&sessionCore{sess: sess, refs: 1}, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+	return newInstance[T](&sessionCore{sess: sess, refs: 1, rewrites: sites}, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
 }
+
+// maxRewriteBytes bounds the models read into memory for the HardSwish rewrite (ONNX
+// Runtime maps larger ones from their file).
+const maxRewriteBytes = 512 << 20
+
+// rewrittenModel returns cfg's model with its HardSwish sites rewritten and how many there
+// were, or nil when cfg asks for no rewrite, it does not apply, or finds nothing to rewrite:
+// the session is then made from the file, as ONNX Runtime reads it. A model this parser
+// cannot read is left to ONNX Runtime too, which reports what is wrong with it.
+func rewrittenModel(cfg SessionConfig) ([]byte, int) {
+	if !cfg.RewriteHardSwish || runtime.GOARCH != "amd64" || (cfg.Provider != "" && cfg.Provider != "cpu") ||
+		(cfg.GraphOptimization != "" && cfg.GraphOptimization != "all") {
+		return nil, 0
+	}
+	if fi, err := os.Stat(cfg.ModelPath); err != nil || fi.Size() > maxRewriteBytes {
+		return nil, 0
+	}
+	data, err := os.ReadFile(cfg.ModelPath)
+	if err != nil {
+		return nil, 0
+	}
+	m, sites, err := rewriteHardSwish(data)
+	if err != nil || sites == 0 {
+		return nil, 0
+	}
+	return m, sites
+}
+
+// HardSwishRewritePays reports whether the HardSwish rewrite was measured faster on CPUs
+// like this one: x86-64 with AVX-512, where ONNX Runtime's blocked layout is 16 channels wide
+// (BenchmarkHardSwishRewrite on a 2-core Xeon: 0.93-0.96 of the time of the model as it is).
+// On an AVX2-only AMD EPYC (8 channels) the same rewrite ran 4 % slower (3366 against 3236 µs
+// a run, docs/benchmarks.md).
+func HardSwishRewritePays() bool { return runtime.GOARCH == "amd64" && cpu.X86.HasAVX512F }
+
+// HardSwishRewrites is how many HardSwish sites of the model were rewritten for ONNX
+// Runtime's blocked layout (RewriteHardSwish); 0 when the model was loaded as it is.
+func (s *Session[T]) HardSwishRewrites() int { return s.core.rewrites }
 
 func newInstance[T Elem](core *sessionCore, inShape []int64, rowIn, classes, maxBatch int) *Session[T] {
 	return &Session[T]{
