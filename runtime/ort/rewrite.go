@@ -30,8 +30,8 @@ import (
 // float32); it gives ONNX Runtime a convolution to fuse the HardSigmoid into, which it does
 // in the blocked layout, and then the Mul's two inputs have the same layout and shape, which
 // the blocked layout also keeps. The second form is HardSwish as older exporters (ONNX opset
-// < 14) write it. Only sites whose x is the output of a Conv with a static 4-D weight are
-// rewritten: its first dimension gives C. The only difference in the result is the
+// < 14) write it. Only sites whose x is the output of a Conv with a static 4-D float32 weight
+// are rewritten: its first dimension gives C. The only difference in the result is the
 // HardSigmoid's rounding (ONNX Runtime's fused activation against its HardSigmoid kernel):
 // the logits move by about 2e-6 of the largest (TestHardSwishRewriteKeepsResults).
 //
@@ -145,11 +145,12 @@ func parseNode(raw []byte) (onnxNode, error) {
 	return nd, nil
 }
 
-// tensorInfo reads an initializer's name, dims and whether its data is external.
-func tensorInfo(raw []byte) (name string, dims []int64, external bool, err error) {
+// tensorInfo reads an initializer's name, dims, element type and whether its data is
+// external.
+func tensorInfo(raw []byte) (name string, dims []int64, dataType uint64, external bool, err error) {
 	fs, err := fields(raw)
 	if err != nil {
-		return "", nil, false, err
+		return "", nil, 0, false, err
 	}
 	for _, f := range fs {
 		switch f.num {
@@ -160,7 +161,7 @@ func tensorInfo(raw []byte) (name string, dims []int64, external bool, err error
 				for b := f.val; len(b) > 0; {
 					v, n := protowire.ConsumeVarint(b)
 					if n < 0 {
-						return "", nil, false, protowire.ParseError(n)
+						return "", nil, 0, false, protowire.ParseError(n)
 					}
 					dims = append(dims, int64(v))
 					b = b[n:]
@@ -170,13 +171,16 @@ func tensorInfo(raw []byte) (name string, dims []int64, external bool, err error
 			_, _, n := protowire.ConsumeTag(f.raw)
 			v, _ := protowire.ConsumeVarint(f.raw[n:])
 			dims = append(dims, int64(v))
+		case tensorDataType:
+			_, _, n := protowire.ConsumeTag(f.raw)
+			dataType, _ = protowire.ConsumeVarint(f.raw[n:])
 		case tensorLocation:
 			_, _, n := protowire.ConsumeTag(f.raw)
 			v, _ := protowire.ConsumeVarint(f.raw[n:])
 			external = v == 1
 		}
 	}
-	return name, dims, external, nil
+	return name, dims, dataType, external, nil
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {
@@ -278,7 +282,7 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 	}
 
 	var nodes []onnxNode
-	weights := map[string][]int64{} // initializer name → dims
+	weights := map[string][]int64{} // float32 initializer name → dims
 	names := map[string]bool{}      // every tensor and node name, for fresh ones
 	for _, f := range gfs {
 		switch f.num {
@@ -293,14 +297,16 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 				names[o] = true
 			}
 		case graphInitializer:
-			name, dims, external, err := tensorInfo(f.val)
+			name, dims, dataType, external, err := tensorInfo(f.val)
 			if err != nil {
 				return nil, 0, fmt.Errorf("initializer: %w", err)
 			}
 			if external {
 				return nil, 0, errExternalData
 			}
-			weights[name] = dims
+			if dataType == tensorFloat { // the identity's weights are float32 too
+				weights[name] = dims
+			}
 			names[name] = true
 		case graphInput:
 			if vfs, err := fields(f.val); err == nil {
@@ -322,7 +328,7 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 			consumers[in]++
 		}
 	}
-	// channels gives C when x is the output of a Conv with a static 4-D weight.
+	// channels gives C when x is the output of a Conv with a static 4-D float32 weight.
 	channels := func(x string) (int64, bool) {
 		p := producer[x]
 		if p == nil || p.opType != "Conv" || !isONNXDomain(p.domain) || len(p.inputs) < 2 || len(p.outputs) != 1 {

@@ -275,7 +275,7 @@ func TestHardSwishRewriteSites(t *testing.T) {
 }
 
 // Models the rewrite must leave to ONNX Runtime: external data (found relative to the
-// model's file) and bytes that are not a model.
+// model's file), weights that are not float32, and bytes that are not a model.
 func TestHardSwishRewriteRefuses(t *testing.T) {
 	tensor := appendString(nil, tensorName, "w")
 	tensor = protowire.AppendTag(tensor, tensorLocation, protowire.VarintType)
@@ -283,6 +283,21 @@ func TestHardSwishRewriteRefuses(t *testing.T) {
 	g := appendMessage(nil, graphInitializer, tensor)
 	if _, _, err := rewriteHardSwish(appendMessage(nil, modelGraph, g)); err != errExternalData {
 		t.Errorf("external data: err = %v", err)
+	}
+	// A float16 model: its identity weights would have to be float16 too.
+	half := appendString(nil, tensorName, "w")
+	for _, d := range []int64{16, 16, 1, 1} {
+		half = protowire.AppendTag(half, tensorDims, protowire.VarintType)
+		half = protowire.AppendVarint(half, uint64(d))
+	}
+	half = protowire.AppendTag(half, tensorDataType, protowire.VarintType)
+	half = protowire.AppendVarint(half, 10) // FLOAT16
+	g = appendMessage(nil, graphInitializer, half)
+	g = appendMessage(g, graphNode, encodeNode(onnxNode{inputs: []string{"x", "w"}, outputs: []string{"a"}, opType: "Conv"}))
+	g = appendMessage(g, graphNode, encodeNode(onnxNode{inputs: []string{"a"}, outputs: []string{"y"}, opType: "HardSwish"}))
+	m := appendMessage(nil, modelGraph, g)
+	if out, n, err := rewriteHardSwish(m); err != nil || n != 0 || string(out) != string(m) {
+		t.Errorf("float16 weights: %d sites, err %v, model changed: %v", n, err, string(out) != string(m))
 	}
 	for _, b := range [][]byte{{0xff, 0xff}, {0x3a, 0x10, 1}, nil} {
 		if _, _, err := rewriteHardSwish(b); err == nil {
