@@ -48,6 +48,9 @@ type coeffs struct {
 	// kv holds per output pixel, per group of 4 taps, each weight 4 times.
 	kq int
 	kv [][16]int32
+	// kw, when kq is 4, holds per output pixel the weights of hpass3Blocks: each weight w
+	// as w>>11 (kw[x][:16]) and w&2047 (kw[x][16:]), in the lanes of its taps' pixel pairs.
+	kw [][32]int16
 }
 
 type coeffKey struct {
@@ -160,6 +163,19 @@ func (c *coeffs) pad(inSize int) {
 		for t, w := range c.kp[i*c.kpad : (i+1)*c.kpad] {
 			v := c.kv[(i*c.kq+t)/4][t%4*4:]
 			v[0], v[1], v[2], v[3] = w, w, w, w
+		}
+	}
+	if c.kq == 4 {
+		c.kw = make([][32]int16, count)
+		for i := range count {
+			for t, w := range c.kp[i*c.kpad : (i+1)*c.kpad] {
+				// Tap t's lanes: half t/2 (8 int16 each), pair element t%2 of R, G, B.
+				o := t/2*8 + t%2
+				for ch := range 3 {
+					c.kw[i][o+2*ch] = int16(w >> 11)
+					c.kw[i][16+o+2*ch] = int16(w & 2047)
+				}
+			}
 		}
 	}
 }

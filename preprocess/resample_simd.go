@@ -65,10 +65,12 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 	// 16-byte load of the loop in in, so the loads go unchecked.
 	in0 := unsafe.Pointer(unsafe.SliceData(in))
 	if groups == 1 {
-		kv := c.kv[:len(st)]
-		for x, s := range st {
+		x0 := hpass3Blocks(r, g, b, in0, bpp, base, c.kw[:n], st)
+		kv := c.kv[x0:len(st)]
+		for x, s := range st[x0:] {
+			x += x0
 			p := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(in0, int(s)*bpp-base)))
-			w := &kv[x]
+			w := &kv[x-x0]
 			a := p.PermuteOrZero(lo).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[:8])))
 			e := p.PermuteOrZero(hi).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[8:])))
 			a = a.Add(e)
@@ -99,6 +101,76 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 		hpass3Range(dst[:W], dst[W:2*W], dst[2*W:3*W], in, bpp, c, xoff, n, W)
 	}
 	return true
+}
+
+// pairs are VPSHUFB indices that take 4 pixels of bpp 3 or 4 bytes to the byte pairs of
+// hpass3Blocks: R0 R1 G0 G1 B0 B1 0 0, R2 R3 G2 G3 B2 B3 0 0.
+var pairs = [5]archsimd.Int8x16{
+	3: archsimd.LoadInt8x16(&[16]int8{0, 3, 1, 4, 2, 5, -1, -1, 6, 9, 7, 10, 8, 11, -1, -1}),
+	4: archsimd.LoadInt8x16(&[16]int8{0, 4, 1, 5, 2, 6, -1, -1, 8, 12, 9, 13, 10, 14, -1, -1}),
+}
+
+// planeA and planeB are VPSHUFB indices (per 128-bit half) that take two packed pixels
+// (int16 R G B 0, R G B 0) to byte slots 0, 1 (A) or 2, 3 (B) of the R, G and B dwords;
+// planeOrder puts the two halves' dwords of each plane together.
+var (
+	planeA = archsimd.LoadInt8x32(&[32]int8{0, 8, -1, -1, 2, 10, -1, -1, 4, 12, -1, -1, -1, -1, -1, -1,
+		0, 8, -1, -1, 2, 10, -1, -1, 4, 12, -1, -1, -1, -1, -1, -1})
+	planeB = archsimd.LoadInt8x32(&[32]int8{-1, -1, 0, 8, -1, -1, 2, 10, -1, -1, 4, 12, -1, -1, -1, -1,
+		-1, -1, 0, 8, -1, -1, 2, 10, -1, -1, 4, 12, -1, -1, -1, -1})
+	planeOrder = archsimd.LoadUint32x8(&[8]uint32{0, 4, 1, 5, 2, 6, 3, 7})
+)
+
+// hpass3Blocks runs hpass3 for a single group of 4 taps, 8 output pixels a step, and returns
+// how many pixels it wrote (a multiple of 8; the caller writes the rest). Each pixel's 4 taps
+// of R, G and B are multiplied as int16 pairs (VPMADDWD), its weight w split into w>>11 and
+// w&2047: (Σ p·(w>>11))<<11 + Σ p·(w&2047) is Σ p·w in int32 arithmetic, the portable
+// kernel's sum, to the bit. Pixels x and x+4 share a vector through the reduction; the
+// rounding and clamping of 8 pixels take a few instructions, and each plane gets one 8-byte
+// store. Every load of in is one hpass3Vec makes for the same pixel.
+func hpass3Blocks(r, g, b []uint8, in0 unsafe.Pointer, bpp, base int, kw [][32]int16, st []int32) int {
+	n := len(kw) &^ 7
+	if n == 0 {
+		return 0
+	}
+	pix := pairs[bpp]
+	halfv := archsimd.BroadcastInt32x8(half)
+	zero := archsimd.BroadcastInt16x16(0)
+	top := archsimd.BroadcastInt16x16(255)
+	idxA, idxB, order := planeA, planeB, planeOrder
+	for x := 0; x < n; x += 8 {
+		s8, w8 := (*[8]int32)(st[x:x+8]), (*[8][32]int16)(kw[x:x+8])
+		// sum is pixel x+i's R, G, B sums: taps 0-1 in the low half, 2-3 in the high one.
+		sum := func(i int) archsimd.Int32x8 {
+			p := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(in0, int(s8[i])*bpp-base)))
+			q := p.PermuteOrZero(pix).ExtendToUint16().AsInt16x16()
+			w := &w8[i]
+			hi := q.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(w[:16])))
+			lo := q.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(w[16:])))
+			return hi.ShiftAllLeft(11).Add(lo)
+		}
+		// two is pixels x+i and x+i+4, rounded: R G B 0 of the one, then of the other.
+		two := func(i int) archsimd.Int32x8 {
+			a, e := sum(i), sum(i+4)
+			return a.Select128FromPair(0, 2, e).Add(a.Select128FromPair(1, 3, e)).Add(halfv).ShiftAllRight(precisionBits)
+		}
+		// int16 R G B 0 of pixels x, x+1 (low half) and x+4, x+5 (high half); then x+2, x+3
+		// and x+6, x+7. Saturating to int16 is exact here; the clamp is clip8's.
+		u := two(0).SaturateToInt16ConcatGrouped(two(1)).Max(zero).Min(top)
+		v := two(2).SaturateToInt16ConcatGrouped(two(3)).Max(zero).Min(top)
+		// R0-3 G0-3 B0-3 (low half), R4-7 G4-7 B4-7 (high half), then by plane.
+		d := u.AsUint8x32().PermuteOrZeroGrouped(idxA).Or(v.AsUint8x32().PermuteOrZeroGrouped(idxB))
+		q := d.AsInt32x8().Permute(order).AsInt64x4()
+		lo := q.GetLo()
+		binary.LittleEndian.PutUint64(r[x:x+8], uint64(lo.GetElem(0)))
+		binary.LittleEndian.PutUint64(g[x:x+8], uint64(lo.GetElem(1)))
+		binary.LittleEndian.PutUint64(b[x:x+8], uint64(q.GetHi().GetElem(0)))
+	}
+	// The caller reloads its vectors, spilled across this call, with legacy-SSE MOVUPS:
+	// clean upper halves, or each reload is an SSE/AVX transition (it made hpass3Vec's
+	// remaining pixels cost as much as all of these).
+	archsimd.ClearAVXUpperBits()
+	return n
 }
 
 // vectorKernels can turn the vector kernels off (tests compare both).
