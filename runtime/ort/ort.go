@@ -259,7 +259,11 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	data, sites := rewrittenModel(cfg)
 	if data != nil {
 		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
-	} else {
+		if err != nil { // the rewrite never costs a model its session: load it as it is
+			sess, sites = nil, 0
+		}
+	}
+	if sess == nil {
 		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
 	}
 	if err != nil {
@@ -271,6 +275,9 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	}
 	return newInstance[T](&sessionCore{sess: sess, refs: 1, rewrites: sites}, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
 }
+
+// rewriteModel is rewriteHardSwish (a test replaces it).
+var rewriteModel = rewriteHardSwish
 
 // maxRewriteBytes bounds the models read into memory for the HardSwish rewrite (ONNX
 // Runtime maps larger ones from their file).
@@ -292,7 +299,7 @@ func rewrittenModel(cfg SessionConfig) ([]byte, int) {
 	if err != nil {
 		return nil, 0
 	}
-	m, sites, err := rewriteHardSwish(data)
+	m, sites, err := rewriteModel(data)
 	if err != nil || sites == 0 {
 		return nil, 0
 	}

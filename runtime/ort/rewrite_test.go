@@ -306,6 +306,28 @@ func TestHardSwishRewriteRefuses(t *testing.T) {
 	}
 }
 
+// A rewritten model that ONNX Runtime refuses is loaded as it is: the rewrite never costs a
+// model its session.
+func TestHardSwishRewriteRefusedFallsBack(t *testing.T) {
+	initORT(t)
+	defer func() { rewriteModel = rewriteHardSwish }()
+	rewriteModel = func(m []byte) ([]byte, int, error) {
+		return appendMessage(nil, modelGraph, nil), 1, nil // a model with an empty graph
+	}
+	s, err := NewSession[float32](SessionConfig{ModelPath: defaultModel, InputName: "input", OutputName: "output",
+		InputShape: []int64{3, 224, 224}, MaxBatchSize: 1, IntraOp: 1, InterOp: 1, RewriteHardSwish: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n := s.HardSwishRewrites(); n != 0 {
+		t.Errorf("%d sites reported rewritten; the model was loaded as it is", n)
+	}
+	if _, err := s.Run(1); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // BenchmarkHardSwishRewrite runs the shipped model at batch 1 as it is and rewritten, one run
 // of each per iteration, alternately, so that the machine's drift falls on both alike; it
 // reports each one's time per run and their ratio.
