@@ -59,23 +59,28 @@ const (
 	nodeAttribute = 5
 	nodeDomain    = 7
 
-	attrName   = 1
-	attrF      = 2
-	attrI      = 3
-	attrInts   = 8
-	attrType   = 20
-	attrFloat  = 1 // AttributeProto.AttributeType
-	attrInt    = 2
-	attrIntsTy = 7
+	attrName = 1
+	attrF    = 2
+	attrI    = 3
+	attrInts = 8
+	attrType = 20
 
 	tensorDims     = 1
 	tensorDataType = 2
 	tensorName     = 8
 	tensorRawData  = 9
 	tensorLocation = 14
-	tensorFloat    = 1 // TensorProto.DataType FLOAT
 
 	valueInfoName = 1
+)
+
+// ONNX enum values (onnx.proto3).
+const (
+	attrTypeFloat = 1 // AttributeProto.AttributeType
+	attrTypeInt   = 2
+	attrTypeInts  = 7
+
+	tensorFloat = 1 // TensorProto.DataType FLOAT
 )
 
 // errExternalData: the model keeps tensors in other files, which ONNX Runtime finds
@@ -198,7 +203,7 @@ func intAttr(name string, v int64) []byte {
 	b = protowire.AppendTag(b, attrI, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(v))
 	b = protowire.AppendTag(b, attrType, protowire.VarintType)
-	return protowire.AppendVarint(b, attrInt)
+	return protowire.AppendVarint(b, attrTypeInt)
 }
 
 func intsAttr(name string, vs ...int64) []byte {
@@ -208,7 +213,7 @@ func intsAttr(name string, vs ...int64) []byte {
 		b = protowire.AppendVarint(b, uint64(v))
 	}
 	b = protowire.AppendTag(b, attrType, protowire.VarintType)
-	return protowire.AppendVarint(b, attrIntsTy)
+	return protowire.AppendVarint(b, attrTypeInts)
 }
 
 func floatAttr(name string, v float32) []byte {
@@ -216,7 +221,7 @@ func floatAttr(name string, v float32) []byte {
 	b = protowire.AppendTag(b, attrF, protowire.Fixed32Type)
 	b = protowire.AppendFixed32(b, math.Float32bits(v))
 	b = protowire.AppendTag(b, attrType, protowire.VarintType)
-	return protowire.AppendVarint(b, attrFloat)
+	return protowire.AppendVarint(b, attrTypeFloat)
 }
 
 func encodeNode(nd onnxNode) []byte {
