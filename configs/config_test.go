@@ -16,7 +16,7 @@ func TestShippedConfigLoads(t *testing.T) {
 	}
 	m := cfg.Models[0]
 	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 2 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
-		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 2 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
+		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 1 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
 		t.Fatalf("unexpected values: %+v", m)
 	}
 	if !filepath.IsAbs(m.Path) || !strings.HasSuffix(m.Path, filepath.Join("models", "mobilenet_v3_small", "model.onnx")) {

@@ -8,25 +8,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// bulkNice is the scheduling niceness of the threads that decode images and run models. The
-// CPUs are saturated by such work under overload, and the threads that accept connections,
-// refuse requests, answer probes and write answers (and the clients, on a shared machine)
-// must not wait behind it: at niceness 5 they have three times its weight. It changes no
-// share while the latency-sensitive threads sleep, which is nearly all the time (a refusal is
-// about 100 µs of CPU). Under 4x overload on 2 CPUs (bench/history.md), refusals took
-// 9.1-9.5 ms at p99 as the client saw them with every thread at 0, and 4.4-4.9 ms with this.
+// bulkNice is the scheduling niceness of the threads that decode images, and modelNice that
+// of the threads that run models. The CPUs are saturated by such work under overload, and the
+// threads that accept connections, refuse requests, answer probes and write answers (and the
+// clients, on a shared machine) must not wait behind it: at niceness 0 they have 1.6 times a
+// model thread's weight and three times a decode thread's. It changes no share while the
+// latency-sensitive threads sleep, which is nearly all the time (a refusal is about 100 µs of
+// CPU). Under 4x overload on 2 CPUs (bench/history.md), refusals took 9.1-9.5 ms at p99 as the
+// client saw them with every thread at 0, and 4.4-4.9 ms with decodes and model runs at 5.
+//
+// Model runs weigh twice what decodes do because they are the pipeline's last stage and few:
+// the shipped config runs one model thread beside the decode workers (configs/gateway.yaml).
+// At equal weight that thread gets 2/3 of a CPU against two decode threads on 2 CPUs, too
+// little at moderate load: decoded images waited for it while the decode workers, their
+// clients waiting in turn, had nothing to do (closed loop, c=8: 10-15 % fewer requests a
+// second than with two model threads). At modelNice (weight 655 against 335) it has a whole
+// CPU whenever it has a batch, and the decodes share what is left.
+//
 // A thread made nicer cannot be made less nice again without privileges, so the threads
-// that run at it are dedicated to such work for good: decodes are handed to a pool of them
-// (bulkRun), and each batch loop's thread is made one (BulkThread).
-const bulkNice = 5
+// that run at these levels are dedicated to such work for good: decodes are handed to a pool
+// of them (bulkRun), and each batch loop's thread is made one (ModelThread).
+const (
+	bulkNice  = 5
+	modelNice = 2
+)
 
 // BulkThread makes the calling OS thread a bulk thread (niceness bulkNice), for good; the
 // caller must have locked its goroutine to the thread and must not unlock it (the thread then
-// exits with the goroutine). cmd/gateway passes it to each batch loop (batcher.Config's
-// ThreadInit). Where the kernel refuses, the thread keeps its niceness.
-func BulkThread() {
-	unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), bulkNice)
-}
+// exits with the goroutine). Where the kernel refuses, the thread keeps its niceness.
+func BulkThread() { setNice(bulkNice) }
+
+// ModelThread makes the calling OS thread a model thread (niceness modelNice), for good, with
+// the same terms as BulkThread. cmd/gateway passes it to each batch loop (batcher.Config's
+// ThreadInit).
+func ModelThread() { setNice(modelNice) }
+
+func setNice(n int) { unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), n) }
 
 // bulkThread is one dedicated bulk thread: a goroutine locked to it for good, with the
 // scheduler slice cpuSlice, running the functions it is handed, one at a time.
