@@ -92,16 +92,18 @@ measure() {
     ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >"$WORK/$name.ab.$r" 2>&1 || true
     awk '/^Requests per second/ {rps=$4} /^Failed requests/ {f=$3} /^Non-2xx/ {n=$3} /^  50%/ {p50=$2} /^  99%/ {p99=$2}
          END {print rps, p50, p99, f + n}' "$WORK/$name.ab.$r" >>"$WORK/$name.ab"
+    if [ "$name" = gateway_best ]; then
+      # the in-process ceiling, right after this round's ab run (the server idles meanwhile),
+      # so that each round's pair sees the same state of the machine
+      log "in-process ceiling, run $r/$RUNS"
+      go test -run '^$' -bench Ceiling -benchtime "${N}x" ./bench/ceiling/ |
+        awk '/images\/s/ {for (i=1;i<=NF;i++) if ($(i+1)=="images/s") print $i}' >>"$WORK/ceiling"
+    fi
     bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" >"$WORK/$name.lt.$r" 2>&1 || true
     if [ "$name" = gateway_best ]; then
       # the same image as a v2 inference request with binary tensor data, on the same server
       bin/loadtest -q -protocol v2 -binary -model "$MODEL" -n "$N" -c 50 -body "$PAYLOAD" "http://127.0.0.1:$PORT" >"$WORK/gateway_v2.lt.$r" 2>&1 || true
       lt_row "$WORK/gateway_v2.lt.$r" >>"$WORK/gateway_v2.lt"
-      # the in-process ceiling, run between the gateway's runs (the server idles meanwhile)
-      # so that their ratio is measured side by side
-      log "in-process ceiling, run $r/$RUNS"
-      go test -run '^$' -bench Ceiling -benchtime "${N}x" ./bench/ceiling/ |
-        awk '/images\/s/ {for (i=1;i<=NF;i++) if ($(i+1)=="images/s") print $i}' >>"$WORK/ceiling"
     fi
     lt_row "$WORK/$name.lt.$r" >>"$WORK/$name.lt"
   done
@@ -131,6 +133,15 @@ MODEL=$(sed -n 's/^  - name: //p' configs/gateway.yaml | head -1)
 SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
 gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
+
+# ceiling_rounds: each round's ratio of the shipped config's ab req/s to the ceiling run right
+# after it, and their median ("r1, r2, r3; median m"), or "-"
+ceiling_rounds() {
+  paste -d ' ' <(awk '{print $1}' "$WORK/gateway_best.ab") "$WORK/ceiling" |
+    awk '$1 > 0 && $2 > 0 {printf "%.4f\n", $1 / $2}' >"$WORK/ceiling_rounds"
+  [ -s "$WORK/ceiling_rounds" ] || { echo -; return; }
+  echo "$(awk '{printf "%s%.2f", (NR > 1 ? ", " : ""), $1}' "$WORK/ceiling_rounds"); median $(printf '%.2f' "$(median <"$WORK/ceiling_rounds")")"
+}
 
 # median_ratio: the median of the interleaved rounds' ratios (gateway / Node.js), or "-"
 median_ratio() {
@@ -273,13 +284,13 @@ label() {
     read -r a1 a2 a3 a4 l1 l2 l3 l4 rss st < <(row "$s")
     echo "| $(label "$s") | $a1 | $a2 | $a3 | $a4 | $l1 | $l2 | $l3 | $l4 | $rss | $st |"
   done
-  echo "| in-process ceiling (bench/ceiling: JSON → decode → preprocess → ORT, $(nproc) workers, no HTTP; run between the shipped config's runs) | $CEILING images/s | | | | | | | | | |"
+  echo "| in-process ceiling (bench/ceiling: JSON → decode → preprocess → ORT, $(nproc) workers, no HTTP; each run right after one of the shipped config's ab runs) | $CEILING images/s | | | | | | | | | |"
   echo
   best=$(awk '{print $1}' "$WORK/gateway_best.row")
   off=$(awk '{print $1}' "$WORK/gateway_off.row")
   echo "Ratios (ab req/s, same run):"
   echo
-  echo "- imagegate shipped config / in-process ceiling: $(ratio "$best" "$CEILING")"
+  echo "- imagegate shipped config / in-process ceiling: $(ratio "$best" "$CEILING") (medians); round by round (each ab run, then the ceiling): $(ceiling_rounds)"
   if [ "$PEERS" = 1 ]; then
     echo "- imagegate shipped config / PyTorch + FastAPI: $(ratio "$best" "$(awk '{print $1}' "$WORK/torch.row")")"
     echo "- imagegate shipped config / Node.js sharp + onnxruntime-node: $(ratio "$best" "$(awk '{print $1}' "$WORK/node.row")")"
