@@ -33,16 +33,14 @@ const (
 	modelNice = 2
 )
 
-// BulkThread makes the calling OS thread a bulk thread (niceness bulkNice), for good; the
+// ModelThread makes the calling OS thread a model thread (niceness modelNice), for good; the
 // caller must have locked its goroutine to the thread and must not unlock it (the thread then
-// exits with the goroutine). Where the kernel refuses, the thread keeps its niceness.
-func BulkThread() { setNice(bulkNice) }
-
-// ModelThread makes the calling OS thread a model thread (niceness modelNice), for good, with
-// the same terms as BulkThread. cmd/gateway passes it to each batch loop (batcher.Config's
+// exits with the goroutine). cmd/gateway passes it to each batch loop (batcher.Config's
 // ThreadInit).
 func ModelThread() { setNice(modelNice) }
 
+// setNice sets the calling OS thread's niceness; where the kernel refuses, the thread keeps
+// its own.
 func setNice(n int) { unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), n) }
 
 // bulkThread is one dedicated bulk thread: a goroutine locked to it for good, with the
@@ -69,7 +67,7 @@ func newBulkThread() *bulkThread {
 	t := &bulkThread{work: make(chan func() error), done: make(chan bulkResult)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
-		BulkThread()
+		setNice(bulkNice)
 		if sliceOK.Load() && !setSlice(cpuSlice) { // once: the thread does nothing else
 			sliceOK.Store(false)
 		}

@@ -2,9 +2,6 @@
 
 package gateway
 
-// BulkThread does nothing here (no per-thread niceness).
-func BulkThread() {}
-
 // ModelThread does nothing here (no per-thread niceness).
 func ModelThread() {}
 
