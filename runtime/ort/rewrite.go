@@ -44,6 +44,10 @@ import (
 // The model is edited in its protobuf encoding without decoding the rest: other fields,
 // including initializers' data, are copied byte for byte.
 
+// rewriteVersion is part of the model cache's key: change it whenever the rewrite's output
+// changes, so that no cached graph of an older rewrite is loaded.
+const rewriteVersion = 1
+
 // ONNX protobuf field numbers (onnx.proto3).
 const (
 	modelGraph = 7
