@@ -44,6 +44,7 @@ func main() {
 		os.Exit(healthcheck(*health))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	slog.SetDefault(log) // what packages log without a logger of their own (runtime/ort's model cache)
 	load, source, addr, err := modelDir.loader(*configPath, *listen)
 	if err == nil {
 		err = run(load, source, addr, *adminListen, *check, log)
@@ -370,6 +371,7 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 			MaxBatchSize: m.Batching.MaxBatchSize, IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
 			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
 			NoCPUMemArena: m.Runtime.CPUMemArena == "off", RewriteHardSwish: m.Runtime.HardSwishRewrite == "on" || (m.Runtime.HardSwishRewrite == "auto" && ort.HardSwishRewritePays()),
+			CacheDir: m.Runtime.CacheDir,
 		})
 		if err != nil {
 			closeAll()
