@@ -6,6 +6,11 @@
 //	readytime -n 10 -url http://127.0.0.1:18190/v2/health/ready -- bin/gateway -config ...
 //
 // -before runs a shell command before each start (to empty a cache, say), untimed.
+//
+// On Linux it also reads, at the moment the server is ready, the CPU time its threads have
+// used (/proc/PID/task/*/schedstat) and its minor page faults (/proc/PID/stat): on a busy
+// machine these vary less than the wall time, and fresh pages are much of a start's cost on
+// virtual machines.
 package main
 
 import (
@@ -14,7 +19,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -34,28 +42,69 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	var ms []float64
+	var ms, cpus, faults []float64
 	for i := range *n {
 		if *before != "" {
 			if out, err := exec.Command("/bin/sh", "-c", *before).CombinedOutput(); err != nil {
 				fatal(fmt.Errorf("-before: %w: %s", err, out))
 			}
 		}
-		d, err := once(flag.Args(), *url, *timeout)
+		r, err := once(flag.Args(), *url, *timeout)
 		if err != nil {
 			fatal(fmt.Errorf("run %d: %w", i+1, err))
 		}
-		ms = append(ms, float64(d.Microseconds())/1000)
+		ms = append(ms, float64(r.wall.Microseconds())/1000)
+		line := fmt.Sprintf("run %d: ready in %.1f ms", i+1, ms[i])
+		if r.cpu > 0 {
+			cpus = append(cpus, float64(r.cpu.Microseconds())/1000)
+			faults = append(faults, float64(r.faults))
+			line += fmt.Sprintf(", %.1f ms CPU, %d minor faults", cpus[i], r.faults)
+		}
 		if !*quiet {
-			fmt.Printf("run %d: ready in %.1f ms\n", i+1, ms[i])
+			fmt.Println(line)
 		}
 	}
-	slices.Sort(ms)
-	med := ms[len(ms)/2]
-	if len(ms)%2 == 0 {
-		med = (ms[len(ms)/2-1] + ms[len(ms)/2]) / 2
+	fmt.Printf("ready: median %.1f ms, min %.1f, max %.1f, %d runs", median(ms), slices.Min(ms), slices.Max(ms), len(ms))
+	if len(cpus) == len(ms) {
+		fmt.Printf("; CPU median %.1f ms; minor faults median %.0f", median(cpus), median(faults))
 	}
-	fmt.Printf("ready: median %.1f ms, min %.1f, max %.1f, %d runs\n", med, ms[0], ms[len(ms)-1], len(ms))
+	fmt.Println()
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+type result struct {
+	wall, cpu time.Duration
+	faults    int64
+}
+
+// usage reads a process's CPU time (its threads' schedstat, in ns) and minor faults; zeros
+// where /proc does not say.
+func usage(pid int) (cpu time.Duration, faults int64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	for _, t := range tasks {
+		if b, err := os.ReadFile(t); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				ns, _ := strconv.ParseInt(f[0], 10, 64)
+				cpu += time.Duration(ns)
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 7 {
+				faults, _ = strconv.ParseInt(f[7], 10, 64) // minflt, the stat file's 10th field
+			}
+		}
+	}
+	return cpu, faults
 }
 
 func fatal(err error) {
@@ -64,12 +113,12 @@ func fatal(err error) {
 }
 
 // once starts the command, waits for the URL's first 200 and stops the command.
-func once(args []string, url string, timeout time.Duration) (time.Duration, error) {
+func once(args []string, url string, timeout time.Duration) (result, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	log, err := os.CreateTemp("", "readytime-*.log")
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer os.Remove(log.Name())
 	defer log.Close()
@@ -77,7 +126,7 @@ func once(args []string, url string, timeout time.Duration) (time.Duration, erro
 	exited := make(chan error, 1)
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return result{}, err
 	}
 	go func() { exited <- cmd.Wait() }()
 	stop := func() {
@@ -95,18 +144,19 @@ func once(args []string, url string, timeout time.Duration) (time.Duration, erro
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				d := time.Since(t0)
+				r := result{wall: time.Since(t0)}
+				r.cpu, r.faults = usage(cmd.Process.Pid)
 				stop()
-				return d, nil
+				return r, nil
 			}
 		}
 		select {
 		case err := <-exited:
 			out, _ := os.ReadFile(log.Name())
-			return 0, fmt.Errorf("the server exited before it was ready (%v):\n%s", err, out)
+			return result{}, fmt.Errorf("the server exited before it was ready (%v):\n%s", err, out)
 		case <-time.After(time.Millisecond):
 		}
 	}
 	stop()
-	return 0, fmt.Errorf("not ready within %v", timeout)
+	return result{}, fmt.Errorf("not ready within %v", timeout)
 }
