@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -36,8 +37,9 @@ import (
 // whether it applies, the optimization level and session options, and the CPU's features
 // (ONNX Runtime's blocked layout is 8 or 16 channels wide by AVX2 or AVX-512, and the optimized
 // graph is only valid on CPUs like the one that made it). A trailer holds the payload's
-// length and SHA-256, the key and the rewrite's site count; an entry whose trailer or hash
-// does not match is never loaded: it is removed and written anew. Entries are written to a
+// length and CRC-32C (damage, not forgery, is what it detects: whoever can write the folder
+// could write a matching hash of any kind), the key and the rewrite's site count; an entry
+// whose trailer or checksum does not match is never loaded: it is removed and written anew. Entries are written to a
 // temporary file and renamed into place, so a reader sees a whole entry or none, and are
 // never modified in place (they are mapped while their session lives). A folder that cannot
 // be written costs one warning and the session is made as without the cache.
@@ -48,9 +50,11 @@ const cacheFormat = "imagegate model cache 1"
 // entryMagic ends every entry.
 var entryMagic = [8]byte{'i', 'g', 'c', 'a', 'c', 'h', 'e', '1'}
 
-// trailer layout: payload length u64, rewrite sites u32, reserved u32, key [32], payload
-// SHA-256 [32], magic [8].
-const trailerLen = 8 + 4 + 4 + sha256.Size + sha256.Size + len(entryMagic)
+// trailer layout: payload length u64, rewrite sites u32, payload CRC-32C u32, key [32],
+// magic [8].
+const trailerLen = 8 + 4 + 4 + sha256.Size + len(entryMagic)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // How a session was made, for the log and for tests.
 const (
@@ -208,7 +212,7 @@ func verifyEntry(data []byte, key [sha256.Size]byte) (payload []byte, sites int,
 		return nil, 0, errors.New("written for another key")
 	}
 	payload = data[:n]
-	if sum := sha256.Sum256(payload); !bytes.Equal(sum[:], t[16+sha256.Size:16+2*sha256.Size]) {
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(t[12:]) {
 		return nil, 0, errors.New("checksum mismatch")
 	}
 	return payload, int(binary.LittleEndian.Uint32(t[8:])), nil
@@ -274,7 +278,7 @@ func (c *modelCache) seal(tmp string, sites int) error {
 		return err
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := crc32.New(castagnoli)
 	n, err := io.Copy(h, f)
 	if err != nil {
 		return err
@@ -285,9 +289,8 @@ func (c *modelCache) seal(tmp string, sites int) error {
 	t := make([]byte, 0, trailerLen)
 	t = binary.LittleEndian.AppendUint64(t, uint64(n))
 	t = binary.LittleEndian.AppendUint32(t, uint32(sites))
-	t = binary.LittleEndian.AppendUint32(t, 0)
+	t = binary.LittleEndian.AppendUint32(t, h.Sum32())
 	t = append(t, c.key[:]...)
-	t = h.Sum(t)
 	t = append(t, entryMagic[:]...)
 	if _, err := f.Write(t); err != nil {
 		return err
