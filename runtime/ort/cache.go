@@ -75,13 +75,19 @@ type modelCache struct {
 	log  *slog.Logger
 }
 
-// openCache returns cfg's cache, or nil when cfg asks for none or it does not apply: another
-// provider than the CPU (its graph depends on the device), an optimized model path asked for
-// (ONNX Runtime writes one file per session), or a model with data in other files (the key
-// covers the model file only).
+// cacheWanted reports whether cfg asks for the cache and it can apply to cfg's options: not
+// with another provider than the CPU (its graph depends on the device), nor with an optimized
+// model path asked for (ONNX Runtime writes one file per session).
+func cacheWanted(cfg SessionConfig) bool {
+	return cfg.CacheDir != "" && cfg.CacheDir != "off" && cfg.OptimizedModelPath == "" &&
+		(cfg.Provider == "" || cfg.Provider == "cpu")
+}
+
+// openCache returns cfg's cache, or nil when cfg asks for none or it does not apply
+// (cacheWanted; a model with data in other files, which the key would not cover, or larger
+// than an entry may be).
 func openCache(cfg SessionConfig, scan *modelScan) *modelCache {
-	if cfg.CacheDir == "" || cfg.CacheDir == "off" || scan == nil || scan.sum == [sha256.Size]byte{} || scan.externalData ||
-		cfg.OptimizedModelPath != "" || (cfg.Provider != "" && cfg.Provider != "cpu") {
+	if !cacheWanted(cfg) || scan == nil || scan.sum == [sha256.Size]byte{} || scan.externalData || scan.size > maxRewriteBytes {
 		return nil
 	}
 	log := cfg.Logger
@@ -257,8 +263,14 @@ func (c *modelCache) cannotWrite(err error) {
 	c.log.Warn("model cache: cannot write; starting without it (set runtime.cache_dir to a writable folder, or off)", "dir", c.dir, "err", err)
 }
 
-// commit seals the temporary entry ONNX Runtime wrote (the trailer) and renames it into place.
-func (c *modelCache) commit(tmp string, sites int) error {
+// commit seals the temporary entry ONNX Runtime wrote (the trailer) and renames it into place,
+// if the model file still has the contents scan hashed (ONNX Runtime read it again since).
+func (c *modelCache) commit(tmp string, sites int, scan *modelScan) error {
+	if now, err := scanModel(scan.path, true); err != nil || now.sum != scan.sum {
+		os.Remove(tmp)
+		c.log.Info("model cache: the model file changed while it was loaded; no entry written", "model", scan.path)
+		return errors.New("the model changed")
+	}
 	err := c.seal(tmp, sites)
 	if err == nil {
 		err = os.Rename(tmp, c.path)

@@ -256,3 +256,36 @@ func TestCacheKey(t *testing.T) {
 		t.Errorf("CPU features %q: every x86-64 CPU has SSE2", f)
 	}
 }
+
+// A model file replaced while the session is made (after it was hashed, before ONNX Runtime
+// read it) leaves no entry: the entry would hold the new model under the old one's key.
+func TestCacheModelChangedWhileLoading(t *testing.T) {
+	initORT(t)
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the test changes the model from the HardSwish rewrite, which runs on x86-64 only")
+	}
+	dir, models := t.TempDir(), t.TempDir()
+	data, err := os.ReadFile(defaultModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(models, "model.onnx")
+	if err := os.WriteFile(model, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { rewriteModel = rewriteHardSwish }()
+	rewriteModel = func(m []byte) ([]byte, int, error) { // runs between the hash and the session
+		changed := protowire.AppendTag(bytes.Clone(data), 1000, protowire.VarintType)
+		if err := os.WriteFile(model, protowire.AppendVarint(changed, 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return rewriteHardSwish(m)
+	}
+	_, how, _, log := cached(t, model, dir, true)
+	if how != cacheMiss || !strings.Contains(log, "changed") {
+		t.Errorf("the session was %q, logged %q", how, log)
+	}
+	if m := entries(t, dir); len(m) != 0 {
+		t.Errorf("entries written: %v", m)
+	}
+}

@@ -56,6 +56,7 @@ const maxScannedMessage = 64 << 20
 
 // modelScan is what scanModel learns of a model file.
 type modelScan struct {
+	path         string
 	sum          [sha256.Size]byte // of the whole file
 	size         int64
 	mode         os.FileMode
@@ -77,7 +78,7 @@ func scanModel(path string, hash bool) (*modelScan, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &modelScan{complete: true, mode: fi.Mode()}
+	s := &modelScan{path: path, complete: true, mode: fi.Mode()}
 	h := sha256.New()
 	r := &pbReader{r: bufio.NewReaderSize(io.TeeReader(f, h), 64<<10)}
 	if !hash {

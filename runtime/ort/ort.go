@@ -217,7 +217,13 @@ var ErrModel = errors.New("ort: model does not match its configuration")
 
 // InputType returns the element type ("float32", "uint8", …) of the model's input named name.
 func InputType(path, name string) (string, error) {
-	ins, _, _, err := modelIO(path, false, nil)
+	// The inputs as declared are ONNX Runtime's (shape inference refines outputs only).
+	if s, err := scanModel(path, false); err == nil {
+		if in, ok := find(s.inputs, name); ok && in.Type != "" {
+			return in.Type, nil
+		}
+	}
+	ins, _, err := Inspect(path)
 	if err != nil {
 		return "", err
 	}
@@ -233,7 +239,7 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if cfg.MaxBatchSize < 1 {
 		return nil, fmt.Errorf("ort: max batch size must be positive, got %d", cfg.MaxBatchSize)
 	}
-	ins, outs, scan, err := modelIO(cfg.ModelPath, cfg.CacheDir != "" && cfg.CacheDir != "off", cfg.trace)
+	ins, outs, scan, err := modelIO(cfg.ModelPath, cacheWanted(cfg), cfg.trace)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +346,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 		return nil, err
 	}
 	switch {
-	case tmp != "" && cache.commit(tmp, core.rewrites) == nil:
+	case tmp != "" && cache.commit(tmp, core.rewrites, scan) == nil:
 		core.cache = cacheWritten
 	case cache != nil:
 		core.cache = cacheMiss
