@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # imagegate's container: a Go + cgo build stage on Debian 12, and a runtime stage that is
 # exactly the file set scripts/rootfs.sh assembles (the binary, ONNX Runtime, the C libraries
-# ldd finds, the default model and config, a non-root user): ~56 MB uncompressed, no shell, no
+# ldd finds, the default model, its optimized graph and config, a non-root user): ~64 MB uncompressed, no shell, no
 # package manager, no CA certificates. `make rootfs` assembles the same set here and
 # deploy/rootfs_test.go serves the default model from it (no Docker engine runs on our machines).
 #
@@ -46,6 +46,9 @@ ARG VERSION
 COPY --from=build /rootfs/ /
 USER 65532:65532
 WORKDIR /app
+# runtime.cache_dir auto: /app/cache/imagegate, where scripts/rootfs.sh put the default model's
+# optimized graph (read-only at run time: a CPU of another kind than the build's starts without it)
+ENV XDG_CACHE_HOME=/app/cache
 EXPOSE 8080
 LABEL org.opencontainers.image.title="imagegate" \
       org.opencontainers.image.description="Dynamic-batching inference gateway for ONNX image classifiers" \
