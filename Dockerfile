@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # imagegate's container: a Go + cgo build stage on Debian 12, and a runtime stage that is
 # exactly the file set scripts/rootfs.sh assembles (the binary, ONNX Runtime, the C libraries
-# ldd finds, the default model, its optimized graph and config, a non-root user): ~64 MB uncompressed, no shell, no
-# package manager, no CA certificates. `make rootfs` assembles the same set here and
+# ldd finds, the default model, its optimized graph and config, a non-root user): ~64 MB
+# uncompressed, no shell, no package manager, no CA certificates. `make rootfs` assembles the same set here and
 # deploy/rootfs_test.go serves the default model from it (no Docker engine runs on our machines).
 #
 #   make image                      # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
@@ -30,7 +30,12 @@ COPY . .
 # The version the binary reports (/v2, the image label): make image passes git describe.
 ARG VERSION
 RUN test -n "$VERSION" || { echo 'build with --build-arg VERSION=$(git describe --always --dirty) (make image does)' >&2; exit 1; }
+# The default model's optimized graph is made by running the gateway, keyed by this machine's
+# CPU: not under emulation (another platform than the build's), whose CPU is no real machine's.
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
 RUN --mount=type=cache,target=/root/.cache/go-build \
+    WARM_CACHE=$([ "$BUILDPLATFORM" = "$TARGETPLATFORM" ] && echo 1 || echo 0) \
     ORT_DIR=/opt/onnxruntime VERSION="$VERSION" scripts/rootfs.sh /rootfs
 
 # The runtime stage: nothing but the assembled file set, i.e. a Debian 12 base trimmed to the
