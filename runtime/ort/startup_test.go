@@ -1,6 +1,7 @@
 package ort
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,7 +66,7 @@ func startupSteps(b *testing.B, cacheDir, mode string) {
 	step("init")
 	s, err := NewSession[float32](SessionConfig{ModelPath: defaultModel, InputName: "input", OutputName: "output",
 		InputShape: []int64{3, 224, 224}, MaxBatchSize: 2, IntraOp: 1, InterOp: 1, RewriteHardSwish: HardSwishRewritePays(),
-		CacheDir: cacheDir, trace: step})
+		CacheDir: cacheDir, Logger: slog.New(slog.DiscardHandler), trace: step})
 	if err != nil {
 		b.Fatal(err)
 	}
