@@ -518,7 +518,8 @@ func startRootfsGateway(t *testing.T, cmd *exec.Cmd, root string) *rootfsGateway
 // says nothing of the cache (a miss would: a warning, the folder being the image's).
 func (g *rootfsGateway) checkWarmCache(t *testing.T) {
 	t.Helper()
-	if !slices.ContainsFunc(g.mapped, func(m string) bool { return strings.HasPrefix(m, filepath.Join(g.root, "app", "cache", "imagegate")+"/") }) {
+	dir := filepath.Join(g.root, "app", "cache", "imagegate") + "/"
+	if !slices.ContainsFunc(g.mapped, func(m string) bool { return strings.HasPrefix(m, dir) }) {
 		t.Errorf("the gateway did not load the set's model cache entry (built on another kind of CPU?); mapped: %v", g.mapped)
 	}
 	g.logMu.Lock()
