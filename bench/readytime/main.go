@@ -7,10 +7,11 @@
 //
 // -before runs a shell command before each start (to empty a cache, say), untimed.
 //
-// On Linux it also reads, at the moment the server is ready, the CPU time its threads have
-// used (/proc/PID/task/*/schedstat) and its minor page faults (/proc/PID/stat): on a busy
-// machine these vary less than the wall time, and fresh pages are much of a start's cost on
-// virtual machines.
+// On Linux it also reads, at the moment the server is ready, the CPU time its processes' threads
+// have used (/proc/PID/task/*/schedstat; the server runs in a session of its own, workers
+// included) and their minor page faults (/proc/PID/stat): on a busy machine these vary less
+// than the wall time, and fresh pages are much of a start's cost on virtual machines. A worker
+// that has exited is not counted.
 package main
 
 import (
@@ -84,23 +85,34 @@ type result struct {
 	faults    int64
 }
 
-// usage reads a process's CPU time (its threads' schedstat, in ns) and minor faults; zeros
-// where /proc does not say.
-func usage(pid int) (cpu time.Duration, faults int64) {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	for _, t := range tasks {
-		if b, err := os.ReadFile(t); err == nil {
-			if f := strings.Fields(string(b)); len(f) > 0 {
-				ns, _ := strconv.ParseInt(f[0], 10, 64)
-				cpu += time.Duration(ns)
-			}
+// usage reads the CPU time (its threads' schedstat, in ns) and minor faults of the processes in
+// the session the server leads (itself, and the workers a server of several processes forks);
+// zeros where /proc does not say.
+func usage(sid int) (cpu time.Duration, faults int64) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
 		}
-	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
 		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 7 {
-				faults, _ = strconv.ParseInt(f[7], 10, 64) // minflt, the stat file's 10th field
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:]) // state ppid pgrp session … minflt (the 8th)
+		if len(f) < 8 || f[3] != strconv.Itoa(sid) {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[7], 10, 64)
+		faults += n
+		tasks, _ := filepath.Glob(filepath.Join(filepath.Dir(st), "task", "*", "schedstat"))
+		for _, t := range tasks {
+			if b, err := os.ReadFile(t); err == nil {
+				if f := strings.Fields(string(b)); len(f) > 0 {
+					ns, _ := strconv.ParseInt(f[0], 10, 64)
+					cpu += time.Duration(ns)
+				}
 			}
 		}
 	}
