@@ -39,16 +39,17 @@ import (
 // graph is only valid on CPUs like the one that made it). A trailer holds the payload's
 // length and CRC-32C (damage, not forgery, is what it detects: whoever can write the folder
 // could write a matching hash of any kind), the key and the rewrite's site count; an entry
-// whose trailer or checksum does not match is never loaded: it is removed and written anew. Entries are written to a
-// temporary file and renamed into place, so a reader sees a whole entry or none, and are
-// never modified in place (they are mapped while their session lives). A folder that cannot
-// be written costs one warning and the session is made as without the cache.
+// whose trailer or checksum does not match is never loaded: it is removed and written anew.
+// Entries are written to a temporary file and renamed into place, so a reader sees a whole
+// entry or none, and are never modified in place (they are mapped while their session
+// lives). A folder that cannot be written costs one warning and the session is made as
+// without the cache.
 
 // cacheFormat names the entry layout and what the key covers; change it when either changes.
 const cacheFormat = "imagegate model cache 1"
 
 // entryMagic ends every entry.
-var entryMagic = [8]byte{'i', 'g', 'c', 'a', 'c', 'h', 'e', '1'}
+const entryMagic = "igcache1"
 
 // trailer layout: payload length u64, rewrite sites u32, payload CRC-32C u32, key [32],
 // magic [8].
@@ -56,7 +57,7 @@ const trailerLen = 8 + 4 + 4 + sha256.Size + len(entryMagic)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// How a session was made, for the log and for tests.
+// How a session was made (sessionCore.cache), for tests and BenchmarkStartupSteps.
 const (
 	cacheOff     = "" // no cache, or not applicable
 	cacheHit     = "hit"
@@ -207,7 +208,7 @@ func verifyEntry(data []byte, key [sha256.Size]byte) (payload []byte, sites int,
 		return nil, 0, errors.New("truncated")
 	}
 	t := data[len(data)-trailerLen:]
-	if !bytes.Equal(t[trailerLen-len(entryMagic):], entryMagic[:]) {
+	if string(t[trailerLen-len(entryMagic):]) != entryMagic {
 		return nil, 0, errors.New("no trailer (truncated or not an entry)")
 	}
 	n := binary.LittleEndian.Uint64(t)
@@ -303,7 +304,7 @@ func (c *modelCache) seal(tmp string, sites int) error {
 	t = binary.LittleEndian.AppendUint32(t, uint32(sites))
 	t = binary.LittleEndian.AppendUint32(t, h.Sum32())
 	t = append(t, c.key[:]...)
-	t = append(t, entryMagic[:]...)
+	t = append(t, entryMagic...)
 	if _, err := f.Write(t); err != nil {
 		return err
 	}
