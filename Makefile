@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short
 
 setup:
 	scripts/setup.sh
@@ -24,8 +24,24 @@ build:
 	$(GO) build -trimpath -ldflags "-X github.com/imagegate/imagegate/gateway.Version=$(VERSION)" -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -o bin/loadtest ./cmd/loadtest
 
+# make run: the committed default model (configs/gateway.yaml, or CONFIG=...).
+# make run MODEL=NAME: models/NAME/model.onnx with no YAML; a model scripts/get-model.sh knows
+# is fetched first when it is not there (make model NAME=... fetches one without serving it).
+ifdef MODEL
+RUN_ARGS = -model models/$(MODEL)/model.onnx -name $(MODEL)
+else
+RUN_ARGS = -config $(CONFIG)
+endif
 run: setup build
-	bin/gateway -config $(CONFIG)
+ifdef MODEL
+	@test -f models/$(MODEL)/model.onnx || scripts/get-model.sh $(MODEL)
+endif
+	bin/gateway $(RUN_ARGS)
+
+NAME ?= $(MODEL)
+model:
+	@test -n "$(NAME)" || { echo "make model NAME=...: one of"; scripts/get-model.sh --list; exit 2; }
+	scripts/get-model.sh $(NAME)
 
 check: build
 	bin/gateway -config $(CONFIG) -check
