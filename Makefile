@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check
 
 setup:
 	scripts/setup.sh
@@ -127,6 +127,17 @@ fleet: build
 
 fleet-short: build
 	scripts/fleet.sh -short
+
+# Regenerates the gRPC protocol's Go code (api/inference/*.pb.go) from its .proto files with
+# the pinned generators (scripts/proto.sh: Debian's protoc, installed when missing;
+# protoc-gen-go and protoc-gen-go-grpc into .deps/bin). proto-check regenerates into a
+# temporary directory and fails if the committed code differs; without protoc, api/inference's
+# tests check the committed code against the checksums make proto wrote.
+proto:
+	scripts/proto.sh
+
+proto-check:
+	scripts/proto.sh -check
 
 # Regenerates deploy/schemas/ from the pinned Kubernetes, Prometheus Operator and KServe sources.
 deploy-schemas:
