@@ -329,7 +329,7 @@ func TestConcurrentInfers(t *testing.T) {
 // the client itself for an answer over its MaxMessageSize.
 func TestErrorCodes(t *testing.T) {
 	srv := oipgrpctest.NewServer(t)
-	srv.Fail = func(ctx context.Context, r *inference.ModelInferRequest) error {
+	srv.SetFail(func(ctx context.Context, r *inference.ModelInferRequest) error {
 		switch r.GetId() {
 		case "busy":
 			return status.Error(codes.ResourceExhausted, "queue full")
@@ -340,7 +340,7 @@ func TestErrorCodes(t *testing.T) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		return nil
-	}
+	})
 	c := dial(t, srv, oipgrpc.Options{})
 	for id, want := range map[string]codes.Code{"busy": codes.ResourceExhausted, "draining": codes.Unavailable, "slow": codes.DeadlineExceeded, "fine": codes.OK} {
 		timeout := time.Minute // a deadline that a loaded test machine does not reach
@@ -419,7 +419,7 @@ func TestInferMarshaled(t *testing.T) {
 func TestStream(t *testing.T) {
 	srv := oipgrpctest.NewServer(t)
 	held := make(chan struct{})
-	srv.Fail = func(ctx context.Context, r *inference.ModelInferRequest) error {
+	srv.SetFail(func(ctx context.Context, r *inference.ModelInferRequest) error {
 		if r.GetId() == "hold" { // answered when the stream ends
 			close(held)
 			<-ctx.Done()
@@ -429,7 +429,7 @@ func TestStream(t *testing.T) {
 			return status.Error(codes.ResourceExhausted, "queue full")
 		}
 		return nil
-	}
+	})
 	c := dial(t, srv, oipgrpc.Options{})
 	s, err := c.OpenStream(t.Context())
 	if err != nil {

@@ -69,10 +69,7 @@ type Server struct {
 
 	// Addr is the host:port it listens on.
 	Addr string
-	// Fail, when set, is called with each inference request (unary and on a stream) before
-	// it is answered; a non-nil error is the answer (a status error keeps its code; on a
-	// stream it becomes the answer's error_message). It may block until ctx ends.
-	Fail func(ctx context.Context, req *inference.ModelInferRequest) error
+	fail atomic.Pointer[FailFunc]
 
 	// Infers counts inference requests answered with a result; Streams the ModelStreamInfer
 	// streams opened.
@@ -83,6 +80,21 @@ type Server struct {
 	lastMeta metadata.MD // of the last inference request
 
 	grpc *grpc.Server
+}
+
+// FailFunc decides the fate of an inference request: a non-nil error is its answer.
+type FailFunc func(ctx context.Context, req *inference.ModelInferRequest) error
+
+// SetFail sets the function called with each inference request (unary and on a stream)
+// before it is answered; a non-nil error is the answer (a status error keeps its code; on a
+// stream it becomes the answer's error_message). It may block until ctx ends. nil removes it.
+// It may be called while the server runs.
+func (s *Server) SetFail(f FailFunc) {
+	if f == nil {
+		s.fail.Store(nil)
+		return
+	}
+	s.fail.Store(&f)
 }
 
 // NewServer starts a server on 127.0.0.1 and stops it when the test ends. opts are added to
@@ -255,8 +267,8 @@ func (s *Server) infer(ctx context.Context, r *inference.ModelInferRequest) (*in
 	if err := s.model(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	if s.Fail != nil {
-		if err := s.Fail(ctx, r); err != nil {
+	if f := s.fail.Load(); f != nil {
+		if err := (*f)(ctx, r); err != nil {
 			return nil, err
 		}
 	}
