@@ -1,6 +1,7 @@
 // Package loadtest is the gateway's load generator: it sends HTTP requests
-// to one URL, or gRPC inference calls to one server, in a closed loop (N workers, each sending its next request when
-// the previous one finishes, like ab or hey) or an open loop (requests
+// to one URL, or gRPC inference calls to one server, in a closed loop (N
+// workers, each sending its next request when the previous one finishes,
+// like ab or hey) or an open loop (requests
 // scheduled at a fixed or Poisson rate whatever the server does, with a
 // bounded worker pool), and measures latency from each request's intended
 // send time so a stalled server cannot hide its stall (no coordinated
