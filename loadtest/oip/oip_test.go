@@ -110,6 +110,7 @@ func TestRaw(t *testing.T) {
 		"truncated length": {Tensor{Name: "o", Datatype: BYTES, Shape: []int64{2}}, []byte{0, 0, 0, 0, 1, 0}},
 		"fewer elements":   {Tensor{Name: "o", Datatype: BYTES, Shape: []int64{2}}, []byte{0, 0, 0, 0}},
 		"FP32 bytes short": {Tensor{Name: "o", Datatype: FP32, Shape: []int64{2}}, fraw[:7]},
+		"4 x shape wraps":  {Tensor{Name: "o", Datatype: FP32, Shape: []int64{1<<62 + 2}}, fraw}, // 4n = 8 mod 2^64
 		"no shape":         {Tensor{Name: "o", Datatype: FP32}, nil},
 		"negative shape":   {Tensor{Name: "o", Datatype: UINT8, Shape: []int64{-1}}, nil},
 		"unknown datatype": {Tensor{Name: "o", Datatype: "INT8", Shape: []int64{1}}, []byte{1}},

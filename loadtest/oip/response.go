@@ -141,7 +141,7 @@ func (t *Tensor) SetRaw(raw []byte) error {
 func (t *Tensor) fromBinary(raw []byte, n int64) error {
 	switch t.Datatype {
 	case FP32:
-		if int64(len(raw)) != 4*n {
+		if len(raw)%4 != 0 || int64(len(raw)/4) != n { // not 4*n: a huge shape overflows it
 			return fmt.Errorf("%w output %q: %d bytes for %d FP32 values", ErrInvalid, t.Name, len(raw), n)
 		}
 		t.FP32 = make([]float32, n)
