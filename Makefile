@@ -115,9 +115,10 @@ image:
 
 # The deployment files' checks (deploy/, a Go module of its own): every manifest and kustomize
 # rendering decoded strictly into the official types and validated with kubeconform against
-# deploy/schemas/, testdata/broken/ failing, and the gateway serving from the container's file set.
+# deploy/schemas/, testdata/broken/ failing, the gateway serving from the container's file set,
+# and the monitoring rules and dashboard (promtool, and against bin/gateway and a real Prometheus).
 deploy-test: build rootfs
-	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs $(GO) test -count=1 -timeout 10m ./...
+	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 10m ./...
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and
