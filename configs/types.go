@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -66,4 +67,27 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*b = ByteSize(v * mult)
 	return nil
+}
+
+// MarshalYAML writes the size with the largest binary suffix that divides it: "16MiB".
+func (b ByteSize) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix, nil
+		}
+	}
+	return int64(b), nil
+}
+
+// isZeroScalar reports whether a YAML scalar spells zero: 0, 0.0, 0s, 0ms, 0B, 0MiB...
+func isZeroScalar(v string) bool {
+	num := strings.TrimRightFunc(strings.TrimSpace(v), unicode.IsLetter)
+	if num == "" {
+		return false
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	return err == nil && f == 0
 }
