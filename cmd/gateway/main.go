@@ -104,7 +104,7 @@ func run(o *options, src source, log *slog.Logger) error {
 	}
 	if check {
 		for _, m := range cfg.Models {
-			fmt.Printf("ok: model %s (%s): %d instance(s), max batch %d\n", m.Name, m.Path, m.Runtime.Instances, m.Batching.MaxBatchSize)
+			fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
 		}
 		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
 		closeNow()
