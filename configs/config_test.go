@@ -127,7 +127,7 @@ func TestStrictAndValidation(t *testing.T) {
 // TestMeaningfulZeros: the keys whose zero means something (none, from the machine, from the
 // model) accept it, so that the documented defaults can be copied; the others refuse it.
 func TestMeaningfulZeros(t *testing.T) {
-	cfg, err := Parse([]byte(`server: {decode_workers: 0, decode_queue: 0, max_inflight_bytes: 0, drain_delay: 0s}
+	cfg, err := Parse([]byte(`server: {decode_workers: 0, decode_queue: 0, max_inflight_bytes: "", drain_delay: 0s}
 repository: {poll: 0s}
 models: [{name: m, path: p, labels: "", input: {name: "", width: 0, height: 0, layout: "", type: ""}, output: {name: ""},
   preprocess: {mode: "", resize: 0, crop: 0, mean: [], std: [], scale: "", max_pixels: 0},

@@ -42,12 +42,16 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // ByteSize is a size in bytes, written as a number or with a KiB/MiB/GiB (or KB/MB/GB) suffix.
 type ByteSize int64
 
-// UnmarshalYAML accepts 1048576, "1MiB", "512KiB", "16MB".
+// UnmarshalYAML accepts 1048576, "1MiB", "512KiB", "16MB"; "" is 0.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("line %d: want a size such as \"16MiB\"", n.Line)
 	}
 	s := strings.TrimSpace(n.Value)
+	if s == "" { // unset, as 0: the key's default
+		*b = 0
+		return nil
+	}
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string

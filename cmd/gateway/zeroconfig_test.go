@@ -336,7 +336,8 @@ func TestPrintConfigRoundTrips(t *testing.T) {
 	}
 	// KServe's model directory mode.
 	out = runPrintConfig(t, []string{"PORT="}, "-model_dir", modelRepo(t, ""), "-model_name", "w")
-	if !strings.Contains(out, "listen: 0.0.0.0:8080") || !strings.Contains(out, "drain_delay: 5s") || !strings.Contains(out, "name: w") || !strings.Contains(out, "width: 224") {
+	if !strings.Contains(out, "listen: 0.0.0.0:8080") || !strings.Contains(out, "drain_delay: 5s") || !strings.Contains(out, "name: w") || !strings.Contains(out, "width: 224") ||
+		!strings.Contains(out, "latency_target: 50ms") { // KServe's mode without a YAML batches
 		t.Errorf("-model_dir:\n%s", out)
 	}
 }
