@@ -664,7 +664,7 @@ func TestCheckFlag(t *testing.T) {
 	mismatch := filepath.Join(dir, "mismatch.yaml")
 	os.WriteFile(mismatch, []byte("models:\n  - name: m\n    path: "+filepath.Join(repoRoot(t), "models", "mobilenet_v3_small", "model.onnx")+"\n    labels: labels.txt\n"), 0o644)
 	out, err = exec.Command(bin, "-config", mismatch, "-check").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "3 labels") {
+	if err == nil || !strings.Contains(string(out), "3 labels") || !strings.Contains(string(out), "models[0] (m).labels: ") {
 		t.Fatalf("-check with 3 labels for 11 classes: %v\n%s", err, out)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.yaml")

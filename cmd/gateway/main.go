@@ -311,6 +311,9 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		if labels, err = configs.LoadLabels(m.Labels); err != nil {
 			return gateway.ModelOptions{}, fmt.Errorf("%s.labels: %w", m.Field(), err)
 		}
+		if len(labels) != comp.Classes {
+			return gateway.ModelOptions{}, fmt.Errorf("%s.labels: %s has %d labels, but the model's output has %d classes", m.Field(), m.Labels, len(labels), comp.Classes)
+		}
 	}
 	po := preprocess.Options{
 		Width: m.Input.Width, Height: m.Input.Height, Resize: m.Preprocess.Resize,
