@@ -58,7 +58,7 @@ func (o *options) set() map[string]bool {
 	return set
 }
 
-// check refuses combinations of flags that mean nothing, and values no key accepts.
+// validate refuses combinations of flags that mean nothing, and values no key accepts.
 func (o *options) validate() error {
 	set := o.set()
 	switch {
