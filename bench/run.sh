@@ -159,10 +159,10 @@ lt_row() {
        END {print rps, p50, p99, e}' "$1"
 }
 
-gateway_config() { # NAME BATCHING RUNTIME: a copy of the shipped config with batching/runtime replaced
-  sed -e "s#\.\./models#$ROOT/models#" \
-      -e "s#^    batching: .*#    batching: $2#" \
-      -e "s#^    runtime: .*#    runtime: $3#" configs/gateway.yaml >"$WORK/$1.yaml"
+gateway_config() { # NAME BATCHING RUNTIME: the shipped config with its (last) model's batching and runtime set; empty: as shipped
+  { sed -e "s#\.\./models#$ROOT/models#" -e '/^    batching: /d' -e '/^    runtime: /d' configs/gateway.yaml
+    if [ -n "$2" ]; then echo "    batching: $2"; fi
+    if [ -n "$3" ]; then echo "    runtime: $3"; fi; } >"$WORK/$1.yaml"
 }
 
 SHIPPED_BATCHING=$(sed -n 's/^    batching: //p' configs/gateway.yaml)
@@ -393,10 +393,10 @@ label() {
   echo
   echo "## Batching: off, shipped, fixed window, adaptive window"
   echo
-  echo "The gateway with \`$SHIPPED_RUNTIME\` and four batching settings:"
+  echo "The gateway with the shipped config's runtime settings${SHIPPED_RUNTIME:+ (\`$SHIPPED_RUNTIME\`)} and four batching settings:"
   echo
   echo "- off: \`{max_batch_size: 1}\`"
-  echo "- shipped: the shipped config's \`$SHIPPED_BATCHING\` (adaptive, at most 2)"
+  echo "- shipped: the shipped config's ${SHIPPED_BATCHING:+\`$SHIPPED_BATCHING\` }(the defaults: adaptive, at most 2)"
   echo "- fixed32: \`{max_batch_size: 32, max_queue_delay: 2ms}\`"
   echo "- adaptive: \`{max_batch_size: 32, adaptive: {latency_target: 50ms}}\`"
   echo
