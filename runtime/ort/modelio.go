@@ -201,7 +201,6 @@ func valueInfo(b []byte, output bool) (info TensorInfo, complete bool) {
 						info.Type = typeName(onnx.TensorElementDataType(varintOf(t)))
 					case tensorShape:
 						hasShape = true
-						info.Shape = []int64{}
 						ds, _ := fields(t.val)
 						for _, d := range ds {
 							if d.num != shapeDim {

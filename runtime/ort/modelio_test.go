@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/imagegate/imagegate/internal/onnxtest"
 )
 
-// scanModel reads what ONNX Runtime reports (Inspect, a temporary session) from every model
-// at hand: the shipped one, the shared MobileNetV2 (int8, ONNX zoo export), the integration
+// scanModel reads what ONNX Runtime reports (Inspect, a temporary session; Describe's own
+// temporary session) from every model at hand: the shipped one, the shared MobileNetV2 (int8, ONNX zoo export), the integration
 // tests' models, and small ones written here, among them an IR 3 model that lists its
 // initializer among the graph's inputs (ONNX Runtime leaves it out) and one whose output has
 // no fixed class count (ONNX Runtime's shape inference may fix it: scanModel says incomplete).
@@ -27,10 +29,15 @@ func TestScanModelMatchesONNXRuntime(t *testing.T) {
 		t.Log("../shared is absent: the shared MobileNetV2 is not compared")
 	}
 	dir := t.TempDir()
+	twoInputs := onnxtest.Means("float32", "NCHW", int64(8), int64(8), false)
+	twoInputs.Inputs = append(twoInputs.Inputs, onnxtest.Tensor{Name: "mask", Type: "uint8", Shape: []any{"N", int64(1)}})
 	for name, m := range map[string][]byte{
 		"ir3-initializer-input.onnx": tinyModel(3, true, 4),
 		"ir8.onnx":                   tinyModel(8, false, 4),
 		"dynamic-classes.onnx":       tinyModel(8, false, 0),
+		"nhwc-uint8-any-size.onnx":   onnxtest.Means("uint8", "NHWC", "H", "W", false).Bytes(),
+		"keepdims.onnx":              onnxtest.Means("float32", "NCHW", int64(224), int64(224), true).Bytes(),
+		"two-inputs.onnx":            twoInputs.Bytes(),
 	} {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, m, 0o644); err != nil {
@@ -77,6 +84,18 @@ func TestScanModelMatchesONNXRuntime(t *testing.T) {
 		}
 		if !reflect.DeepEqual(s.outputs, out) {
 			t.Errorf("%s: outputs %v, ONNX Runtime says %v", p, s.outputs, out)
+		}
+		// Describe, which reads them so, says what its temporary session says.
+		d, err := Describe(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		ds, err := describeSession(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if !reflect.DeepEqual(d.Inputs, ds.Inputs) || !reflect.DeepEqual(d.Outputs, ds.Outputs) {
+			t.Errorf("%s: Describe %v %v, its session %v %v", p, d.Inputs, d.Outputs, ds.Inputs, ds.Outputs)
 		}
 	}
 }
