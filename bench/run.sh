@@ -191,7 +191,9 @@ MODEL=$(sed -n 's/^  - name: //p' configs/gateway.yaml | head -1)
 SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
 gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
-gateway_config gateway_nocache "$SHIPPED_BATCHING" "${SHIPPED_RUNTIME%\}}, cache_dir: off}"
+NOCACHE_RUNTIME="{cache_dir: off}" # the shipped runtime settings, if any, with the model cache off
+[ -z "$SHIPPED_RUNTIME" ] || NOCACHE_RUNTIME="${SHIPPED_RUNTIME%\}}, cache_dir: off}"
+gateway_config gateway_nocache "$SHIPPED_BATCHING" "$NOCACHE_RUNTIME"
 
 # startup: STARTS rounds, each starting every server once in turn (bin/readytime -n 1): the
 # gateway's shipped config on an empty model cache, on the entry that start wrote, with the
