@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/imagegate/imagegate/internal/queue"
 )
 
 // decodeGate schedules image decodes on the decode workers: the CPU-bound stage where, under
@@ -34,8 +36,7 @@ type decodeGate struct {
 	heavyMax   int
 	heavy      int
 	maxWait    int
-	head, tail *waiter
-	n          int
+	q          queue.List[waiter, *waiter]
 	mem        *budget
 	decodeHeld int64        // bytes of the budget held by running decodes
 	svc        ewma         // decode wall time of ordinary images, ns
@@ -53,14 +54,14 @@ type decodeGate struct {
 // frame, or a 1-bit palette PNG of 50 megapixels, is heavy though its stored pixels are not.
 const heavyPixelBytes = 48 << 20
 
+// waiter is a request waiting for a decode worker; its Links hold its place in the queue and
+// its deadline.
 type waiter struct {
-	prev, next *waiter
-	deadline   time.Time
-	cost       int64
-	heavy      bool
-	after      time.Duration // time the request needs after its decode (as predicted at arrival)
-	ready      chan error    // capacity 1: nil (a worker is taken) or why it was dropped
-	queued     bool
+	queue.Links[waiter]
+	cost  int64
+	heavy bool
+	after time.Duration // time the request needs after its decode (as predicted at arrival)
+	ready chan error    // capacity 1: nil (a worker is taken) or why it was dropped
 }
 
 func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
@@ -83,11 +84,11 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		return errTooLarge
 	}
 	g.mu.Lock()
-	if g.n == 0 && g.tryTake(cost, heavy) {
+	if g.q.Len() == 0 && g.tryTake(cost, heavy) {
 		g.mu.Unlock()
 		return nil
 	}
-	if g.n >= g.maxWait {
+	if g.q.Len() >= g.maxWait {
 		g.refused++
 		g.mu.Unlock()
 		return errOverloaded
@@ -104,14 +105,15 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 	// deadlines, a quarter left 30-80 such late refusals in 12 s (their p99.9 170-210 ms);
 	// half leaves 3-16 (p99.9 70-110 ms), for the same goodput.
 	wait, svc := g.predict(heavy)
-	if pred := wait + svc + after; time.Now().Add(pred + pred/admitHeadroom).After(deadline) {
+	now := time.Now()
+	if pred := wait + svc + after; now.Add(pred + pred/admitHeadroom).After(deadline) {
 		g.shed++
 		g.mu.Unlock()
 		return errShed
 	}
 	w := g.waiters.Get().(*waiter)
-	w.deadline, w.cost, w.heavy, w.after = deadline, cost, heavy, after
-	g.push(w)
+	w.cost, w.heavy, w.after = cost, heavy, after
+	g.push(w, now, deadline)
 	if g.busy < g.workers {
 		g.dispatch() // a free worker the waiters ahead cannot use (heavy, memory) may be ours
 	}
@@ -122,7 +124,7 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 	case err = <-w.ready:
 	case <-ctx.Done():
 		g.mu.Lock()
-		if w.queued {
+		if w.Queued() {
 			g.remove(w)
 			g.mu.Unlock()
 			err = ctx.Err()
@@ -169,7 +171,7 @@ func (g *decodeGate) kick() {
 		return
 	}
 	g.mu.Lock()
-	if g.n > 0 {
+	if g.q.Len() > 0 {
 		g.dispatch()
 	}
 	g.mu.Unlock()
@@ -193,14 +195,14 @@ func (g *decodeGate) tryTake(cost int64, heavy bool) bool {
 // make their deadline. g.mu held.
 func (g *decodeGate) dispatch() {
 	now := time.Now()
-	for w := g.head; w != nil && g.busy < g.workers; {
-		next := w.next
+	for w := g.q.Front(); w != nil && g.busy < g.workers; {
+		next := g.q.Next(w)
 		svc := g.svc.duration()
 		if w.heavy {
 			svc = g.heavySvc.duration()
 		}
 		switch {
-		case now.Add(svc + w.after).After(w.deadline):
+		case now.Add(svc + w.after).After(w.Deadline()):
 			g.remove(w)
 			g.shed++
 			w.ready <- errShed
@@ -226,45 +228,27 @@ func (g *decodeGate) mayFit(cost int64) bool {
 // errMemory: the memory budget is held by other requests' bodies and rows.
 var errMemory = fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
 
-func (g *decodeGate) push(w *waiter) {
-	w.prev, w.next, w.queued = g.tail, nil, true
+func (g *decodeGate) push(w *waiter, now, deadline time.Time) {
+	g.q.PushBack(w, now, deadline)
 	if w.heavy {
 		g.heavyWait++
 	}
-	if g.tail != nil {
-		g.tail.next = w
-	} else {
-		g.head = w
-	}
-	g.tail = w
-	g.n++
-	g.waiting.Store(int32(g.n))
+	g.waiting.Store(int32(g.q.Len()))
 }
 
 func (g *decodeGate) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		g.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		g.tail = w.prev
-	}
-	w.prev, w.next, w.queued = nil, nil, false
-	g.n--
-	g.waiting.Store(int32(g.n))
+	g.q.Remove(w)
 	if w.heavy {
 		g.heavyWait--
 	}
+	g.waiting.Store(int32(g.q.Len()))
 }
 
 // stats returns the queue length and the workers in use.
 func (g *decodeGate) stats() (waiting, busy int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.n, g.busy
+	return g.q.Len(), g.busy
 }
 
 // predictWait is the predicted time from now until a decode admitted now would finish; 0
@@ -276,7 +260,7 @@ func (g *decodeGate) stats() (waiting, busy int) {
 func (g *decodeGate) predictWait() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.n == 0 && g.busy < g.workers {
+	if g.q.Len() == 0 && g.busy < g.workers {
 		return 0
 	}
 	wait, svc := g.predict(false)
@@ -292,7 +276,7 @@ const admitHeadroom = 2
 // heavy ones ahead spread over the heavy slots (it may not use the others). g.mu held.
 func (g *decodeGate) predict(heavy bool) (wait, svc time.Duration) {
 	svc = g.svc.duration()
-	wait = time.Duration(int64(g.n-g.heavyWait+g.busy-g.heavy) * int64(svc) / int64(g.workers))
+	wait = time.Duration(int64(g.q.Len()-g.heavyWait+g.busy-g.heavy) * int64(svc) / int64(g.workers))
 	if heavy {
 		hs := g.heavySvc.duration()
 		if hs == 0 {
