@@ -255,7 +255,7 @@ func (s *Server) build(sp ModelSpec) (*model, error) {
 		return nil, err
 	}
 	o.Name, o.Version = sp.Name, sp.Version
-	m, err := newModel(o, s.met)
+	m, err := newModel(o, s.met, s.threads)
 	if err != nil {
 		if o.Release != nil {
 			o.Release()

@@ -315,9 +315,9 @@ func (r *request) decodeImage(i int, img []byte) error {
 	}
 	t := time.Now()
 	if heavy {
-		err = atLowPriority(decode)
+		err = s.threads.Heavy(decode)
 	} else {
-		err = bulkRun(decode)
+		err = s.threads.Decode(decode)
 	}
 	d := time.Since(t)
 	if err != nil && r.rctx.Err() != nil {

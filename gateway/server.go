@@ -16,6 +16,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"github.com/imagegate/imagegate/gateway/internal/sched"
 )
 
 // Server is the gateway's HTTP server. Create it with New, add models with AddModel, run it
@@ -30,6 +32,7 @@ type Server struct {
 	gate       *decodeGate
 	conns      *connTracker
 	gone       *goneWatcher
+	threads    *sched.Threads // decode and model threads
 	srv        *fasthttp.Server
 	retryAfter string
 
@@ -80,6 +83,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		bodyBufs:   newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		imageBufs:  newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		gone:       newGoneWatcher(),
+		threads:    sched.New(),
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,
 	}
@@ -335,6 +339,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.retiring.Wait()
 	s.gone.close()
+	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
 	return errors.Join(errs...)
 }
 

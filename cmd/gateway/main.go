@@ -304,9 +304,6 @@ func modelOptions(m configs.Model) (gateway.ModelOptions, error) {
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
 		Priorities:          m.Batching.Priorities,
-		// Model runs go after the threads that accept, refuse and answer, and before decodes
-		// (gateway.ModelThread).
-		ThreadInit: gateway.ModelThread,
 	}
 	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}

@@ -41,7 +41,7 @@ func threadNices(t *testing.T, pid int) map[int]int {
 // niceness 2, one per instance, and the threads that decoded images at 5; the rest (accept,
 // refuse, answer) stay at 0. With decodes and model runs at the same niceness, the one model
 // thread got 2/3 of a CPU against two decode threads, and at c=8 decoded images waited for it
-// while the decode workers idled (gateway/bulk_linux.go).
+// while the decode workers idled (gateway/internal/sched).
 func TestModelRunsOutrankDecodes(t *testing.T) {
 	g := startGateway(t, shippedConfig(t, nil))
 	img := rocket(t)
