@@ -27,7 +27,7 @@ func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 
 func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	path := string(fc.Path())
-	if c, ok := fc.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
+	if overflowConn(fc) && !isHealthPath(path) {
 		s.met.refusals[refuseConnections].Inc()
 		fc.Response.Header.Set("Retry-After", s.retryAfter)
 		writeError(fc, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))

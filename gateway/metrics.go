@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,5 +255,3 @@ func (r *metricsRegistry) dropModel(m *model) {
 		r.set.UnregisterMetric(n)
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

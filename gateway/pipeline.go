@@ -180,7 +180,7 @@ func (s *Server) runPipeline(r *request) error {
 	r.rctx, r.cancel = context.WithCancelCause(ctx)
 	cancelDeadline := r.cancel
 	r.cancel = func(cause error) { cancelDeadline(cause); cancel() }
-	release := s.gone.watch(r.fc.Conn(), func() { cancelDeadline(errClientGone) })
+	release := s.gone.Watch(r.fc.Conn(), func() { cancelDeadline(errClientGone) })
 	defer release()
 	if err := s.readBody(r); err != nil {
 		return err
@@ -505,8 +505,8 @@ func (s *Server) discardBody(r *request, cause error) {
 }
 
 // drainBody reads and drops the body of a request answered without reading it (a refusal,
-// an unknown model or path), within server.max_body_bytes; fasthttp itself would drop only
-// 256 KiB and reset the rest under the client.
+// an unknown model or path), within server.max_body_bytes (dropped in the kernel where it
+// can be); fasthttp itself would drop only 256 KiB and reset the rest under the client.
 func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	if int64(fc.Request.Header.ContentLength()) > s.opts.MaxBodyBytes {
 		lingerOnClose(fc)
@@ -516,60 +516,8 @@ func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
 	if stream == nil {
 		return
 	}
-	buf, put := drainBuffer()
-	defer put()
-	if c, ok := fc.Conn().(*conn); ok {
-		c.discard = buf // what the stream reads into buf is dropped in the kernel
-		defer func() { c.discard = nil }()
-	}
-	var n int64
-	empty := 0
-	for n <= s.opts.MaxBodyBytes {
-		k, err := stream.Read(buf)
-		n += int64(k)
-		if err == io.EOF {
-			break
-		}
-		if k == 0 && err == nil {
-			empty++
-		} else {
-			empty = 0
-		}
-		if err != nil || empty >= 100 { // 100 empty reads: no progress (as bufio decides)
-			lingerOnClose(fc)
-			return
-		}
-	}
-	if n > s.opts.MaxBodyBytes {
+	if !s.conns.Drain(fc.Conn(), stream, s.opts.MaxBodyBytes) {
 		lingerOnClose(fc)
-	}
-}
-
-// drainBody reads a refused body drainChunk at a time (io.Discard's 8 KiB took 38 read calls
-// for the article's 310 KB body; a loopback segment is 64 KiB). At most drainBig such buffers
-// are in use at once, 2 MiB (a slow client can hold one until the read timeout, and every
-// connection may be draining); beyond them a drain reads drainSmall at a time.
-const (
-	drainChunk = 64 << 10
-	drainSmall = 8 << 10
-	drainBig   = 32
-)
-
-var (
-	drainSlots     = make(chan struct{}, drainBig)
-	drainBigBufs   = sync.Pool{New: func() any { return new([drainChunk]byte) }}
-	drainSmallBufs = sync.Pool{New: func() any { return new([drainSmall]byte) }}
-)
-
-// drainBuffer returns a buffer for drainBody and the function that gives it back.
-func drainBuffer() ([]byte, func()) {
-	select {
-	case drainSlots <- struct{}{}:
-		b := drainBigBufs.Get().(*[drainChunk]byte)
-		return b[:], func() { drainBigBufs.Put(b); <-drainSlots }
-	default:
-		b := drainSmallBufs.Get().(*[drainSmall]byte)
-		return b[:], func() { drainSmallBufs.Put(b) }
 	}
 }
 

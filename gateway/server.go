@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 )
 
@@ -30,8 +31,8 @@ type Server struct {
 	bodyBufs   *freeList // bodies as read, and decompressed
 	imageBufs  *freeList // decoded base64 images
 	gate       *decodeGate
-	conns      *connTracker
-	gone       *goneWatcher
+	conns      *netx.Tracker  // connections: the limit, idle closes, drains, lingering closes
+	gone       *netx.Watcher  // clients that leave while their request waits
 	threads    *sched.Threads // decode and model threads
 	srv        *fasthttp.Server
 	retryAfter string
@@ -82,7 +83,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		mem:        newBudget(opts.MaxInflightBytes),
 		bodyBufs:   newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		imageBufs:  newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
-		gone:       newGoneWatcher(),
+		gone:       netx.NewWatcher(),
 		threads:    sched.New(),
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,
@@ -93,10 +94,15 @@ func New(opts Options, repo Repository) (*Server, error) {
 	}
 	s.abort, s.abortFn = context.WithCancelCause(context.Background())
 	s.gate = newDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
-	s.conns = newConnTracker(opts.MaxConnections, s.met)
+	s.conns = netx.NewTracker(netx.Config{
+		MaxConns:   opts.MaxConnections,
+		Refusal:    netx.Refusal(`{"error":"the server has too many connections open (server.max_connections); try again"}`, s.retryAfter),
+		Refused:    s.met.refusals[refuseConnections].Inc,
+		ClosedIdle: s.met.set.NewCounter("gateway_connections_closed_idle_total").Inc,
+	})
 	s.models.Store(&modelTable{byName: map[string][]*model{}})
 	s.registerServerMetrics()
-	overflow := overflowConns(opts.MaxConnections)
+	overflow := netx.OverflowConns(opts.MaxConnections)
 	s.srv = &fasthttp.Server{
 		Handler:       s.handle,
 		ErrorHandler:  s.handleParseError,
@@ -117,7 +123,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		// Connections are limited by the listener (idle ones are closed first at the limit);
 		// fasthttp's own limit, which answers with a plain-text page, is never reached.
 		Concurrency:     opts.MaxConnections + overflow + 64,
-		ConnState:       s.conns.state,
+		ConnState:       s.connState,
 		CloseOnShutdown: true,
 		// Multipart bodies are refused (415); fasthttp must not parse them first.
 		DisablePreParseMultipartForm: true,
@@ -212,6 +218,9 @@ func (s *Server) registerServerMetrics() {
 	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.mem.used.Load()) })
 	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.mem.limit) })
 	set.NewGauge("gateway_inflight_requests", func() float64 { return float64(s.inflight.Load()) })
+	set.NewGauge("gateway_connections", func() float64 { return float64(s.conns.Open()) })
+	set.NewGauge("gateway_connections_idle", func() float64 { return float64(s.conns.Idle()) })
+	set.NewGauge("gateway_connections_lingering", func() float64 { return float64(s.conns.Lingering()) })
 	set.NewGauge("gateway_ready", func() float64 {
 		if s.ready.Load() {
 			return 1
@@ -229,7 +238,7 @@ func (s *Server) WriteMetrics(w *bytes.Buffer) {
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	l := s.conns.listen(ln, s.retryAfter)
+	l := s.conns.Listen(ln)
 	s.lnMu.Lock()
 	s.lns = append(s.lns, l)
 	s.lnMu.Unlock()
@@ -280,7 +289,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Out of time: answer everyone still waiting (503 draining), then wait for those answers.
 		s.aborted.Store(true)
 		s.abortFn(errDraining)
-		s.conns.interruptReads()
+		s.conns.InterruptReads()
 		s.dropQueued() // queued samples are answered batcher.ErrClosed
 		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 		defer cancel()
@@ -295,11 +304,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// answered. Connections closing by lingering (a refused body still arriving) are waited
 	// for too: the process's exit would reset them, and their answers with them. A
 	// connection that stays open does not hold up the exit.
-	for end := time.Now().Add(connCloseGrace); (s.conns.count() > 0 || s.conns.lingeringNow() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
+	for end := time.Now().Add(connCloseGrace); (s.conns.Open() > 0 || s.conns.Lingering() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.conns.closeIdle()
-	s.conns.closeQuietNew()
+	s.conns.CloseIdle()
+	s.conns.CloseQuietNew()
 	if s.inflight.Load() > 0 {
 		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 		s.waitIdle(grace)
@@ -338,7 +347,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.retiring.Wait()
-	s.gone.close()
+	s.gone.Close()
 	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
 	return errors.Join(errs...)
 }
@@ -453,7 +462,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			}
 		}()
 	}
-	if c, ok := ctx.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
+	if overflowConn(ctx) && !isHealthPath(path) {
 		// Over server.max_connections with no idle connection to close: only health and
 		// metrics are served on this connection.
 		s.met.refusals[refuseConnections].Inc()
@@ -523,6 +532,34 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		s.notFound(ctx, path)
 	}
+}
+
+// connState is fasthttp's ConnState hook: the tracker follows each connection's state.
+func (s *Server) connState(nc net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateActive:
+		s.conns.Active(nc)
+	case fasthttp.StateIdle:
+		s.conns.Idled(nc)
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.conns.Closed(nc)
+	}
+}
+
+// lingerOnClose closes the request's connection after the answer, lingering: the client may
+// still be sending the body the server did not read.
+func lingerOnClose(fc *fasthttp.RequestCtx) {
+	fc.SetConnectionClose()
+	if c, ok := fc.Conn().(*netx.Conn); ok {
+		c.LingerOnClose()
+	}
+}
+
+// overflowConn reports whether the request's connection was admitted over
+// server.max_connections (it is served health checks and metrics only).
+func overflowConn(fc *fasthttp.RequestCtx) bool {
+	c, ok := fc.Conn().(*netx.Conn)
+	return ok && c.Overflow()
 }
 
 // overflowMessage is the refusal over server.max_connections.
@@ -612,7 +649,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge,
 			fmt.Sprintf("request body is larger than server.max_body_bytes (%d bytes)", s.opts.MaxBodyBytes))
 	case errors.As(err, &small):
-		if c, ok := ctx.Conn().(*conn); ok && !c.lineDone {
+		if c, ok := ctx.Conn().(*netx.Conn); ok && !c.LineDone() {
 			writeError(ctx, fasthttp.StatusRequestURITooLong,
 				fmt.Sprintf("the request line (method, URI, version) is longer than the %d-byte header limit", readBufferSize))
 		} else {
@@ -621,11 +658,11 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	case errors.As(err, &ne) && ne.Timeout():
 		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request (server.read_timeout)")
-	case errors.Is(err, errTLSOnPlainPort):
+	case errors.Is(err, netx.ErrTLSOnPlainPort):
 		writeError(ctx, fasthttp.StatusBadRequest, "this port speaks plain HTTP, not TLS: use http://, not https://")
-	case errors.Is(err, errNotHTTP):
+	case errors.Is(err, netx.ErrNotHTTP):
 		writeError(ctx, fasthttp.StatusBadRequest, "not an HTTP/1.x request: a request line starts with a method, such as POST")
-	case errors.Is(err, errBareLF):
+	case errors.Is(err, netx.ErrBareLF):
 		writeError(ctx, fasthttp.StatusBadRequest, "the request line ends with a bare LF: HTTP/1.1 lines end with CRLF")
 	default:
 		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")

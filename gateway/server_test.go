@@ -29,6 +29,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -658,43 +659,6 @@ func waitUntil(t *testing.T, cond func() bool) {
 
 func newGzip(w *bytes.Buffer) *gzip.Writer { return gzip.NewWriter(w) }
 
-// TestListenerCloseServesBacklog: connections that completed their handshake before the
-// listener closed (waiting in the kernel's backlog) are accepted and served, not reset.
-func TestListenerCloseServesBacklog(t *testing.T) {
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := newConnTracker(16, newMetricsRegistry())
-	l := tr.listen(tcp, "1")
-	var clients []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", tcp.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		clients = append(clients, c)
-	}
-	time.Sleep(50 * time.Millisecond) // the handshakes complete into the backlog
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range clients {
-		c, err := l.Accept()
-		if err != nil {
-			t.Fatalf("backlog connection %d: %v", i, err)
-		}
-		c.Close()
-	}
-	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("after the backlog: %v", err)
-	}
-	if _, err := net.Dial("tcp", tcp.Addr().String()); err == nil {
-		t.Fatal("a new connection was accepted after Close")
-	}
-}
-
 // TestSlowDecodesDoNotShedTightDeadlines: after a few images that took seconds to decode (a
 // progressive JPEG with hundreds of scans), a request with a 200 ms deadline on an idle server
 // is still served: the outliers barely move the decode-time average, and an idle decode
@@ -1218,11 +1182,11 @@ func noisePNG(t testing.TB, w, h int) []byte {
 // max_body_bytes is not read, and its connection is closed after the answer.
 func TestRefusedBodiesAreDrained(t *testing.T) {
 	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
-	// drainBig+8 slow clients, each stopped half way through a refused body: every large drain
+	// netx.BigDrainBuffers+8 slow clients, each stopped half way through a refused body: every large drain
 	// buffer is taken.
 	const slowHalf = 200 << 10
 	var slow []net.Conn
-	for range drainBig + 8 {
+	for range netx.BigDrainBuffers + 8 {
 		c, err := ts.ln.Dial()
 		if err != nil {
 			t.Fatal(err)
@@ -1232,7 +1196,7 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 		go c.Write(bytes.Repeat([]byte("s"), slowHalf))
 		slow = append(slow, c)
 	}
-	waitUntil(t, func() bool { return len(drainSlots) == drainBig })
+	waitUntil(t, func() bool { return ts.s.conns.BigDrains() == netx.BigDrainBuffers })
 	c, err := ts.ln.Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -1284,7 +1248,7 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 			t.Fatalf("a slow client's refused body: %v %v", r, err)
 		}
 	}
-	waitUntil(t, func() bool { return len(drainSlots) == 0 })
+	waitUntil(t, func() bool { return ts.s.conns.BigDrains() == 0 })
 }
 
 // TestQueuedImagesHoldBytes: a float32 model's queued image holds a byte per input value of

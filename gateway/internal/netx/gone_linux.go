@@ -1,6 +1,6 @@
 //go:build linux
 
-package gateway
+package netx
 
 import (
 	"errors"
@@ -12,21 +12,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// goneWatcher notices clients that close their connection while their request waits in a
-// queue, so the request is dropped before it runs (its context is cancelled and the batcher
-// removes it). Each waiting request's connection is registered, for EPOLLRDHUP only (the peer
-// closed or shut down its sending side; a reset comes as EPOLLHUP/EPOLLERR), in an epoll set
-// of the watcher's own, beside Go's poller; one goroutine waits on it. The cost is two
-// epoll_ctl calls a request and nothing while no client leaves. (It polled every registered
-// connection every 5 ms before: at 4x overload, ~300 connections wait, and that poll was 1.5 %
-// of the machine's CPU.)
+// Watcher notices clients that close their connection while their request waits in a queue,
+// so the request is dropped before it runs (its context is cancelled and the batcher removes
+// it). Each waiting request's connection is registered, for EPOLLRDHUP only (the peer closed
+// or shut down its sending side; a reset comes as EPOLLHUP/EPOLLERR), in an epoll set of the
+// watcher's own, beside Go's poller; one goroutine waits on it. The cost is two epoll_ctl
+// calls a request and nothing while no client leaves (docs/internals.md, "The client-gone
+// watcher").
 //
 // What is detected: a TCP client that closes its connection (or half-closes it with
 // shutdown(SHUT_WR)) while its request is queued or being decoded. What is not: a client that
 // vanishes without a FIN or RST (a dead host: only TCP keep-alive or the request's deadline
 // notice it), connections that are not plain *net.TCPConn (TLS, unix sockets), and a client
 // gone after its request was taken into a batch (the batch runs; the answer is discarded).
-type goneWatcher struct {
+// Its methods are safe for concurrent use; Close it to end its goroutine and descriptors.
+type Watcher struct {
 	epfd, stopfd int // the epoll set; an eventfd in it that stops the loop
 	mu           sync.Mutex
 	waiters      map[int]*goneWaiter // by fd
@@ -42,10 +42,10 @@ type goneWaiter struct {
 	cancel func()
 }
 
-// newGoneWatcher returns a watcher, or one that watches nothing where the kernel refuses an
-// epoll set or an eventfd (requests of clients that went away are then bounded by their
-// deadline).
-func newGoneWatcher() *goneWatcher {
+// NewWatcher returns a watcher, or nil (which watches nothing) where the kernel refuses an
+// epoll set or an eventfd: requests of clients that went away are then bounded by their
+// deadline.
+func NewWatcher() *Watcher {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil
@@ -61,14 +61,14 @@ func newGoneWatcher() *goneWatcher {
 		unix.Close(stopfd)
 		return nil
 	}
-	w := &goneWatcher{epfd: epfd, stopfd: stopfd, waiters: map[int]*goneWaiter{}, done: make(chan struct{})}
+	w := &Watcher{epfd: epfd, stopfd: stopfd, waiters: map[int]*goneWaiter{}, done: make(chan struct{})}
 	go w.loop()
 	return w
 }
 
-// watch calls cancel if conn's peer closes before the returned release func is called.
+// Watch calls cancel if conn's peer closes before the returned release func is called.
 // It returns a no-op release for connections it cannot watch.
-func (w *goneWatcher) watch(conn net.Conn, cancel func()) (release func()) {
+func (w *Watcher) Watch(conn net.Conn, cancel func()) (release func()) {
 	sc, ok := conn.(syscall.Conn)
 	if !ok || w == nil {
 		return func() {}
@@ -109,7 +109,7 @@ func (w *goneWatcher) watch(conn net.Conn, cancel func()) (release func()) {
 	}
 }
 
-func (w *goneWatcher) loop() {
+func (w *Watcher) loop() {
 	defer close(w.done)
 	events := make([]unix.EpollEvent, 64)
 	var gone []*goneWaiter
@@ -144,7 +144,8 @@ func (w *goneWatcher) loop() {
 	}
 }
 
-func (w *goneWatcher) close() {
+// Close stops the watcher's goroutine and closes its descriptors.
+func (w *Watcher) Close() {
 	if w == nil {
 		return
 	}

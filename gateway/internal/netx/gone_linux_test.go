@@ -1,6 +1,6 @@
 //go:build linux
 
-package gateway
+package netx
 
 import (
 	"net"
@@ -23,16 +23,16 @@ func tcpPair(t *testing.T, ln net.Listener) (net.Conn, net.Conn) {
 	return s, c
 }
 
-// TestGoneWatcherCancelsOnlyWhoLeft: of many watched connections, exactly those whose client
+// TestWatcherCancelsOnlyWhoLeft: of many watched connections, exactly those whose client
 // closes, half-closes or resets are cancelled, once each; one released before its client
 // leaves is not; a connection that sends more data (a pipelined request) is not; and after an
 // fd is released and reused by a new connection, only the new registration is acted on.
-func TestGoneWatcherCancelsOnlyWhoLeft(t *testing.T) {
-	w := newGoneWatcher()
+func TestWatcherCancelsOnlyWhoLeft(t *testing.T) {
+	w := NewWatcher()
 	if w == nil {
 		t.Skip("the kernel refused an epoll set or an eventfd")
 	}
-	defer w.close()
+	defer w.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestGoneWatcherCancelsOnlyWhoLeft(t *testing.T) {
 	for i := range n {
 		servers[i], clients[i] = tcpPair(t, ln)
 		defer servers[i].Close()
-		releases[i] = w.watch(servers[i], func() { cancels[i].Add(1) })
+		releases[i] = w.Watch(servers[i], func() { cancels[i].Add(1) })
 	}
 	leave := map[int]func(net.Conn){
 		3:  func(c net.Conn) { c.Close() },
@@ -108,7 +108,7 @@ func TestGoneWatcherCancelsOnlyWhoLeft(t *testing.T) {
 		t.Fatalf("no new connection got fd %d again", oldFD)
 	}
 	var newCancel atomic.Int32
-	release := w.watch(reused, func() { newCancel.Add(1) })
+	release := w.Watch(reused, func() { newCancel.Add(1) })
 	defer release()
 	reusedClient.Close()
 	deadline = time.Now().Add(5 * time.Second)
