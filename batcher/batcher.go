@@ -140,11 +140,10 @@ type Config struct {
 	// a single-threaded run without the time it was preempted by other work.
 	// nil: wall time.
 	CostClock func() time.Duration
-	// ThreadInit, optional, is called once by each batch loop on its own OS thread, which
-	// is then its for good: the loop's goroutine is locked to the thread and never unlocked,
-	// so the thread ends with the loop (a thread whose scheduling settings the function
-	// changed, a lower priority for instance, never runs other goroutines).
-	ThreadInit func()
+	// StartLoop, optional, starts each batch loop: it must run loop on a goroutine of its
+	// own and may return at once (the gateway runs each loop on a dedicated OS thread of
+	// its choosing). nil: go loop().
+	StartLoop func(loop func())
 }
 
 // SubmitOptions are per-item options.
@@ -337,7 +336,11 @@ func New[In, Out any](cfg Config, run RunFunc[In, Out], hooks Hooks) (*Batcher[I
 	b.tok <- struct{}{}
 	b.running.Store(int32(cfg.Instances))
 	for i := range cfg.Instances {
-		go b.loop(i)
+		if start := cfg.StartLoop; start != nil {
+			start(func() { b.loop(i) })
+		} else {
+			go b.loop(i)
+		}
 	}
 	return b, nil
 }

@@ -21,11 +21,7 @@ type loopState[In, Out any] struct {
 // holder of b.tok) and release the turn before running, so the next batch is
 // assembled while this one runs. A loop that is running holds no queued item.
 func (b *Batcher[In, Out]) loop(instance int) {
-	switch {
-	case b.cfg.ThreadInit != nil:
-		runtime.LockOSThread() // never unlocked: the thread ends with the loop
-		b.cfg.ThreadInit()
-	case b.cfg.CostClock != nil:
+	if b.cfg.CostClock != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}

@@ -244,11 +244,9 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
-	// Model runs go after the threads that accept, refuse and answer, and before decodes.
-	if own := bc.ThreadInit; own != nil {
-		bc.ThreadInit = func() { threads.ModelThread(); own() }
-	} else {
-		bc.ThreadInit = threads.ModelThread
+	if bc.StartLoop == nil {
+		// Model runs go after the threads that accept, refuse and answer, and before decodes.
+		bc.StartLoop = threads.ModelLoop
 	}
 	hooks := batcher.Hooks{
 		QueueWait: func(d time.Duration) { m.met.queueWait.Update(d.Seconds()) },

@@ -6,8 +6,8 @@
 //     (decodeNice) and with a longer scheduler slice (cpuSlice), kept for the next decode;
 //   - Threads.Heavy runs a heavy decode (a huge canvas) on a thread of its own at heavyNice,
 //     which ends with it;
-//   - Threads.ModelThread makes a batch loop's locked thread a model thread (modelNice), for
-//     good: the batcher calls it as its ThreadInit;
+//   - Threads.ModelLoop runs a batch loop on a model thread of its own (modelNice): it is the
+//     batchers' StartLoop;
 //   - Threads.CPUBound runs a model run with the longer slice on the caller's thread, and
 //     gives the thread back with the default slice.
 //

@@ -78,10 +78,34 @@ func probeSlice() bool {
 	return unix.SchedSetAttr(0, a, 0) == nil
 }
 
-// ModelThread makes the calling OS thread a model thread (niceness modelNice), for good; the
-// caller must have locked its goroutine to the thread and must not unlock it (the thread then
-// ends with the goroutine). It is the batch loops' batcher.Config.ThreadInit.
-func (t *Threads) ModelThread() { setNice(modelNice) }
+// ModelLoop runs loop, a batch loop, on a model thread of its own (niceness modelNice) that
+// ends with it, and returns at once. It is the batchers' batcher.Config.StartLoop.
+func (t *Threads) ModelLoop(loop func()) { goDedicated(modelNice, loop) }
+
+// goDedicated runs f on a new goroutine locked for good to an OS thread at niceness nice, and
+// returns at once; the thread ends with f. It is never the process's main thread: the runtime
+// keeps that one when a goroutine locked to it ends, and it would stay at nice for the life of
+// the process.
+func goDedicated(nice int, f func()) {
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if unix.Gettid() != unix.Getpid() {
+			setNice(nice)
+			f()
+			return
+		}
+		// The main thread: hold it until f's goroutine is locked to another one.
+		locked := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(locked)
+			setNice(nice)
+			f()
+		}()
+		<-locked
+		runtime.UnlockOSThread()
+	}()
+}
 
 // Decode runs f, a CPU-bound stretch (an image decode), on a decode thread and returns its
 // error; a panic in f is raised again in the caller.
@@ -117,17 +141,15 @@ func (t *Threads) putIdle(th *thread) {
 
 func (t *Threads) newThread() *thread {
 	th := &thread{work: make(chan func() error), done: make(chan result), exit: make(chan struct{})}
-	go func() {
+	goDedicated(decodeNice, func() {
 		defer close(th.exit)
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		setNice(decodeNice)
 		if t.slice.Load() && !setSlice(cpuSlice) { // once: the thread does nothing else
 			t.slice.Store(false)
 		}
 		for f := range th.work {
 			th.done <- runCatching(f)
 		}
-	}()
+	})
 	return th
 }
 
@@ -141,11 +163,7 @@ func runCatching(f func() error) (r result) {
 // thread ends with f: made nicer, it could not run ordinary work again.
 func (t *Threads) Heavy(f func() error) error {
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		setNice(heavyNice)
-		done <- f()
-	}()
+	goDedicated(heavyNice, func() { done <- f() })
 	return <-done
 }
 

@@ -126,11 +126,7 @@ func TestHeavyAndModelThreads(t *testing.T) {
 		t.Fatalf("heavy decode at niceness %d (err %v), want %d", nice, err, heavyNice)
 	}
 	done := make(chan int)
-	go func() {
-		runtime.LockOSThread() // as a batch loop: never unlocked, the thread ends with it
-		th.ModelThread()
-		done <- threadNice(t)
-	}()
+	th.ModelLoop(func() { done <- threadNice(t) })
 	if n := <-done; n != modelNice {
 		t.Fatalf("model thread at niceness %d, want %d", n, modelNice)
 	}

@@ -9,8 +9,8 @@ type Threads struct{}
 // New returns a Threads.
 func New() *Threads { return &Threads{} }
 
-// ModelThread does nothing here.
-func (t *Threads) ModelThread() {}
+// ModelLoop runs loop on a goroutine of its own.
+func (t *Threads) ModelLoop(loop func()) { go loop() }
 
 // Decode runs f.
 func (t *Threads) Decode(f func() error) error { return f() }
