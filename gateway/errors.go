@@ -3,19 +3,18 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
 // Sentinel errors of the request pipeline. Every stage returns an error wrapping one of them
-// (or one of preprocess's and batcher's); classify maps it to a status and a metric reason.
+// (or one of wire's, preprocess's and batcher's); classify maps it to a status and a metric
+// reason. A malformed request (400) wraps wire.ErrMalformed.
 var (
-	// errBody marks a malformed request (400).
-	errBody = errors.New("gateway: bad request")
 	// errUnsupportedMedia: a Content-Type or Content-Encoding the gateway does not take (415).
 	errUnsupportedMedia = errors.New("gateway: unsupported media type")
 	// errBodyTooLarge: the body (as received or decompressed) exceeds server.max_body_bytes (413).
@@ -40,10 +39,6 @@ var (
 	// errMethod: a method the path does not take (405).
 	errMethod = errors.New("gateway: method not allowed")
 )
-
-func bodyErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBody, fmt.Sprintf(format, args...))
-}
 
 // Failure reasons: a closed set, used as metric labels. One spelling each, everywhere.
 const (
@@ -70,7 +65,7 @@ const statusClientClosed = 499
 // that does.
 func (s *Server) classify(err error) (int, string) {
 	switch {
-	case errors.Is(err, errBody), errors.Is(err, preprocess.ErrBadImage):
+	case errors.Is(err, wire.ErrMalformed), errors.Is(err, preprocess.ErrBadImage):
 		return fasthttp.StatusBadRequest, reasonBadInput
 	case errors.Is(err, errUnsupportedMedia), errors.Is(err, preprocess.ErrUnsupportedFormat):
 		return fasthttp.StatusUnsupportedMediaType, reasonBadInput

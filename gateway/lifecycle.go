@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
 // Models change while the server runs. A Repository (cmd/gateway: the YAML file and the model
@@ -94,7 +96,7 @@ func (s *Server) UnloadModel(name string) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if len(s.models.Load().byName[name]) == 0 {
-		return fmt.Errorf("%w: model %q is not loaded", errNotFound, truncate(name, 100))
+		return fmt.Errorf("%w: model %q is not loaded", errNotFound, wire.Truncate(name, 100))
 	}
 	return s.apply(nil, name)
 }
@@ -116,7 +118,7 @@ func (s *Server) applyFrom(scope string) error {
 		return fmt.Errorf("gateway: cannot read the repository: %w", err)
 	}
 	if scope != "" && !slices.ContainsFunc(specs, func(sp ModelSpec) bool { return sp.Name == scope }) {
-		return fmt.Errorf("%w: model %q is not in the repository", errNotFound, truncate(scope, 100))
+		return fmt.Errorf("%w: model %q is not in the repository", errNotFound, wire.Truncate(scope, 100))
 	}
 	return s.apply(specs, scope)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -351,11 +352,11 @@ func (s *samplesOf[T]) decode(ctx context.Context, i int, img []byte) error {
 }
 
 func (s *samplesOf[T]) tensorJSON(data []byte) error {
-	return fillRowsJSON(s.rows(), data)
+	return wire.FillJSON(s.rows(), data)
 }
 
 func (s *samplesOf[T]) tensorBinary(raw []byte) error {
-	return fillRowsBinary(s.rows(), raw)
+	return wire.FillBinary(s.rows(), raw)
 }
 
 func (s *samplesOf[T]) rows() [][]T {

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -98,7 +99,9 @@ func (r *request) reset() {
 	if cap(out) > maxPooledBuffer {
 		out = nil
 	}
-	*r = request{out: out[:0], v2: r.v2.reset()}
+	v2 := r.v2
+	v2.Reset()
+	*r = request{out: out[:0], v2: v2State{InferRequest: v2.InferRequest}}
 }
 
 // Body and image buffers are kept apart from requests (s.bodyBufs, s.imageBufs), so that a
@@ -338,7 +341,7 @@ func (s *Server) parseOptions(r *request) error {
 	if v := args.Peek("top_k"); v != nil {
 		k, err := parseCount(v)
 		if err != nil || k < 0 {
-			return bodyErr("top_k must be a non-negative integer, got %q", truncate(string(v), 20))
+			return wire.Malformed("top_k must be a non-negative integer, got %q", wire.Truncate(string(v), 20))
 		}
 		r.topK = min(k, len(m.labels))
 	}
@@ -349,7 +352,7 @@ func (s *Server) parseOptions(r *request) error {
 	if tv != nil {
 		ms, err := parseMillis(tv)
 		if err != nil || !(ms > 0) {
-			return bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
+			return wire.Malformed("timeout must be a positive number of milliseconds, got %q", wire.Truncate(string(tv), 20))
 		}
 		// A timeout only shortens the model's default; a longer one (up to +Inf) is the default.
 		if ms < float64(timeout)/float64(time.Millisecond) {
@@ -364,7 +367,7 @@ func (s *Server) parseOptions(r *request) error {
 	if pv != nil {
 		p, err := parseCount(pv)
 		if err != nil || p < 0 {
-			return bodyErr("priority must be a non-negative integer, got %q", truncate(string(pv), 20))
+			return wire.Malformed("priority must be a non-negative integer, got %q", wire.Truncate(string(pv), 20))
 		}
 		r.priority = p
 	}
@@ -442,9 +445,9 @@ func (s *Server) readBody(r *request) error {
 		// fasthttp's error text quotes what it could not parse (a trailer line, a chunk
 		// size): never sent back, nor logged.
 		if declared == -1 {
-			return bodyErr("cannot read the request body: its chunked encoding is malformed (a chunk size, a CRLF or a trailer line)")
+			return wire.Malformed("cannot read the request body: its chunked encoding is malformed (a chunk size, a CRLF or a trailer line)")
 		}
-		return bodyErr("cannot read the request body")
+		return wire.Malformed("cannot read the request body")
 	}
 	r.bodyDone = true
 	if declared >= 0 && int64(len(body)) < declared {
@@ -457,7 +460,7 @@ func (s *Server) readBody(r *request) error {
 	case bytes.EqualFold(enc, []byte("gzip")), bytes.EqualFold(enc, []byte("x-gzip")):
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			return bodyErr("cannot decompress the gzip body: %v", err)
+			return wire.Malformed("cannot decompress the gzip body: %v", err)
 		}
 		if r.inflated == nil {
 			r.inflated = s.bodyBufs.get()
@@ -466,7 +469,7 @@ func (s *Server) readBody(r *request) error {
 			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
 				return err
 			}
-			return bodyErr("cannot decompress the gzip body: %v", err)
+			return wire.Malformed("cannot decompress the gzip body: %v", err)
 		}
 	case bytes.EqualFold(enc, []byte("deflate")):
 		// RFC 9110's deflate is zlib-wrapped; some clients send raw deflate: try zlib first.
@@ -478,11 +481,11 @@ func (s *Server) readBody(r *request) error {
 			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
 				return err
 			}
-			return bodyErr("cannot decompress the deflate body: %v", err)
+			return wire.Malformed("cannot decompress the deflate body: %v", err)
 		}
 		body = out
 	default:
-		return fmt.Errorf("%w: Content-Encoding %q is not supported (gzip, deflate or none)", errUnsupportedMedia, truncate(string(enc), 40))
+		return fmt.Errorf("%w: Content-Encoding %q is not supported (gzip, deflate or none)", errUnsupportedMedia, wire.Truncate(string(enc), 40))
 	}
 	r.body = body
 	return nil

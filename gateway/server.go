@@ -19,6 +19,7 @@ import (
 
 	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
 // Server is the gateway's HTTP server. Create it with New, add models with AddModel, run it
@@ -175,7 +176,7 @@ func (s *Server) lookup(name, version string) (*model, error) {
 	for range 3 { // a model closing under a concurrent swap is looked up again
 		vs := s.models.Load().byName[name]
 		if len(vs) == 0 {
-			return nil, fmt.Errorf("%w: unknown model %q", errNotFound, truncate(name, 100))
+			return nil, fmt.Errorf("%w: unknown model %q", errNotFound, wire.Truncate(name, 100))
 		}
 		m := vs[len(vs)-1]
 		if version != "" {
@@ -186,8 +187,8 @@ func (s *Server) lookup(name, version string) (*model, error) {
 				}
 			}
 			if m == nil {
-				return nil, fmt.Errorf("%w: model %q has no version %q (versions: %s)", errNotFound, truncate(name, 100),
-					truncate(version, 40), strings.Join(s.versions(name), ", "))
+				return nil, fmt.Errorf("%w: model %q has no version %q (versions: %s)", errNotFound, wire.Truncate(name, 100),
+					wire.Truncate(version, 40), strings.Join(s.versions(name), ", "))
 			}
 		}
 		if m.acquire() {
@@ -197,7 +198,7 @@ func (s *Server) lookup(name, version string) (*model, error) {
 			return nil, fmt.Errorf("%w: the server is shutting down", errDraining)
 		}
 	}
-	return nil, fmt.Errorf("%w: model %q is being unloaded", errNotFound, truncate(name, 100))
+	return nil, fmt.Errorf("%w: model %q is being unloaded", errNotFound, wire.Truncate(name, 100))
 }
 
 // versions lists a model's versions, oldest first.
@@ -437,7 +438,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if proto := ctx.Request.Header.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
 		// fasthttp reads any HTTP/x.y request line and answers it as HTTP/1.1.
 		lingerOnClose(ctx)
-		writeError(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.1 and HTTP/1.0 are served, not "+truncate(string(proto), 20))
+		writeError(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.1 and HTTP/1.0 are served, not "+wire.Truncate(string(proto), 20))
 		return
 	}
 	if raw := ctx.Request.URI().PathOriginal(); bytes.Contains(raw, []byte("%2F")) || bytes.Contains(raw, []byte("%2f")) {
@@ -600,7 +601,7 @@ func (s *Server) noModel(ctx *fasthttp.RequestCtx) int {
 	ctx.Response.Header.Set("Retry-After", s.retryAfter)
 	msg := "no model is being served (the server is starting or draining)"
 	if name := s.models.Load().first; name != "" && !s.draining.Load() {
-		msg = fmt.Sprintf("the default model %q is not loaded (unloaded through the repository API, or it failed to load); other models are served at /models/{name}/predict", truncate(name, 100))
+		msg = fmt.Sprintf("the default model %q is not loaded (unloaded through the repository API, or it failed to load); other models are served at /models/{name}/predict", wire.Truncate(name, 100))
 	}
 	writeError(ctx, fasthttp.StatusServiceUnavailable, msg)
 	return fasthttp.StatusServiceUnavailable
@@ -628,7 +629,7 @@ func (s *Server) lookupAnswer(ctx *fasthttp.RequestCtx, err error, inference boo
 
 func (s *Server) notFound(ctx *fasthttp.RequestCtx, path string) {
 	s.drainBody(ctx)
-	writeError(ctx, fasthttp.StatusNotFound, "not found: "+truncate(path, 100))
+	writeError(ctx, fasthttp.StatusNotFound, "not found: "+wire.Truncate(path, 100))
 }
 
 func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/netx"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -299,7 +300,7 @@ func TestClassifyMapsEveryError(t *testing.T) {
 		status int
 		reason string
 	}{
-		{bodyErr("x"), 400, reasonBadInput},
+		{wire.Malformed("x"), 400, reasonBadInput},
 		{fmt.Errorf("y: %w", preprocess.ErrBadImage), 400, reasonBadInput},
 		{preprocess.ErrUnsupportedFormat, 415, reasonBadInput},
 		{errUnsupportedMedia, 415, reasonBadInput},

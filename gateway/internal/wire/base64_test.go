@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 import (
 	"bytes"
@@ -57,11 +57,11 @@ func decodesAsStdlib(t *testing.T, src []byte) {
 }
 
 func benchBase64(b *testing.B, decode func(dst, src []byte) (int, error)) {
-	body, err := os.ReadFile("../../shared/seed/rime_5868.json")
+	body, err := os.ReadFile("../../../../shared/seed/rime_5868.json")
 	if err != nil {
 		b.Skip("../shared/seed/rime_5868.json not found:", err)
 	}
-	src, err := extractJSONField(body, "image")
+	src, err := JSONField(body, "image")
 	if err != nil {
 		b.Fatal(err)
 	}

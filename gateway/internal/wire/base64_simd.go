@@ -1,6 +1,6 @@
 //go:build goexperiment.simd && amd64
 
-package gateway
+package wire
 
 import "simd/archsimd"
 
@@ -14,9 +14,6 @@ import "simd/archsimd"
 // validity flag and decodes the rest with its table loop.
 
 var hasAVX2 = archsimd.X86.AVX2()
-
-// vectorBase64 can turn the vector path off (tests compare both).
-var vectorBase64 = true
 
 // twice repeats a 16-byte table in both 128-bit lanes (VPSHUFB works per lane).
 func twice(t [16]int8) *[32]int8 {
@@ -79,7 +76,7 @@ var (
 // and whether all of them were in the standard alphabet. If not, dst holds
 // junk and the caller must decode another way.
 func decodeStdBase64Vec(dst, src []byte) (n int, ok bool) {
-	if !hasAVX2 || !vectorBase64 {
+	if !hasAVX2 {
 		return 0, true
 	}
 	classLo := archsimd.LoadInt8x32(b64ClassLo)

@@ -1,6 +1,6 @@
 //go:build goexperiment.simd && amd64
 
-package gateway
+package wire
 
 import (
 	"bytes"
@@ -15,10 +15,8 @@ import (
 func decodeBoth(src []byte) (vn int, verr error, vout []byte, pn int, perr error, pout []byte) {
 	vout = make([]byte, len(src))
 	pout = make([]byte, len(src))
-	vn, verr = decodeStdBase64(vout, src)
-	vectorBase64 = false
-	defer func() { vectorBase64 = true }()
-	pn, perr = decodeStdBase64(pout, src)
+	vn, verr = decodeStdBase64With(vout, src, true)
+	pn, perr = decodeStdBase64With(pout, src, false)
 	return vn, verr, vout[:vn], pn, perr, pout[:pn]
 }
 
@@ -107,11 +105,11 @@ func TestBase64VectorMatchesTable(t *testing.T) {
 
 // TestBase64VectorArticleImage compares the paths on the article's image string.
 func TestBase64VectorArticleImage(t *testing.T) {
-	body, err := os.ReadFile("../../shared/seed/rime_5868.json")
+	body, err := os.ReadFile("../../../../shared/seed/rime_5868.json")
 	if err != nil {
 		t.Skip("../../shared/seed/rime_5868.json not found:", err)
 	}
-	src, err := extractJSONField(body, "image")
+	src, err := JSONField(body, "image")
 	if err != nil {
 		t.Fatal(err)
 	}

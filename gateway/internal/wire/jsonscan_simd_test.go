@@ -1,6 +1,6 @@
 //go:build goexperiment.simd && amd64
 
-package gateway
+package wire
 
 import (
 	"bytes"
@@ -97,8 +97,8 @@ func TestStrVectorMatchesWords(t *testing.T) {
 		err string
 		i   int
 	}
-	run := func(b []byte) res {
-		p := jsonScanner{b: b}
+	run := func(b []byte, words bool) res {
+		p := scanner{b: b, words: words}
 		raw, esc, err := p.str()
 		r := res{raw: raw, esc: esc, i: p.i}
 		if err != nil {
@@ -108,17 +108,15 @@ func TestStrVectorMatchesWords(t *testing.T) {
 	}
 	check := func(b []byte) {
 		t.Helper()
-		v := run(b)
-		vectorJSON = false
-		w := run(b)
-		vectorJSON = true
+		v := run(b, false)
+		w := run(b, true)
 		if !bytes.Equal(v.raw, w.raw) || v.esc != w.esc || v.err != w.err || v.i != w.i {
 			t.Fatalf("%.60q (%d bytes): vector %d bytes esc=%v err=%q at %d, words %d bytes esc=%v err=%q at %d",
 				b, len(b), len(v.raw), v.esc, v.err, v.i, len(w.raw), w.esc, w.err, w.i)
 		}
 	}
 	body := []byte(`"` + string(bytes.Repeat([]byte("QUJDRGVmZ2g"), 40)) + `"`)
-	if seed, err := os.ReadFile(filepath.Join("..", "..", "shared", "seed", "rime_5868.json")); err == nil {
+	if seed, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "shared", "seed", "rime_5868.json")); err == nil {
 		if k := bytes.IndexByte(seed, ':'); k > 0 {
 			body = bytes.TrimSpace(seed[k+1:])
 			body = body[:bytes.LastIndexByte(body, '"')+1]
@@ -142,18 +140,17 @@ func TestStrVectorMatchesWords(t *testing.T) {
 // BenchmarkScanArticleString: finding the end of the article's image string, with the AVX2
 // scan and with the word loop alone.
 func BenchmarkScanArticleString(b *testing.B) {
-	body, err := os.ReadFile("../../shared/seed/rime_5868.json")
+	body, err := os.ReadFile("../../../../shared/seed/rime_5868.json")
 	if err != nil {
 		b.Skip("../shared/seed/rime_5868.json not found:", err)
 	}
 	for _, vec := range []bool{true, false} {
 		name := map[bool]string{true: "avx2", false: "words"}[vec]
 		b.Run(name, func(b *testing.B) {
-			vectorJSON = vec
-			defer func() { vectorJSON = true }()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				if _, err := extractJSONField(body, "image"); err != nil {
+				p := scanner{b: body, words: !vec}
+				if _, err := p.field("image"); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -175,11 +172,9 @@ func BenchmarkScanEscapes(b *testing.B) {
 
 func benchScan(b *testing.B, name string, vec bool, body []byte) {
 	b.Run(name, func(b *testing.B) {
-		vectorJSON = vec
-		defer func() { vectorJSON = true }()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			p := jsonScanner{b: body[10:]}
+			p := scanner{b: body[10:], words: !vec}
 			if _, _, err := p.str(); err != nil {
 				b.Fatal(err)
 			}

@@ -1,6 +1,6 @@
 //go:build !(goexperiment.simd && amd64)
 
-package gateway
+package wire
 
 // Without Go's experimental SIMD package (GOEXPERIMENT=simd on amd64),
 // decodeStdBase64 runs its table loop alone.

@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ func TestAppendJSONStringIsUTF8(t *testing.T) {
 		"cut \xe2\x98":    "cut \ufffd\ufffd",
 		"q\"\\\n\r\t\x01": "q\"\\\n\r\t\x01",
 	} {
-		b := appendJSONString(nil, s)
+		b := AppendJSONString(nil, s)
 		var got string
 		if !utf8.Valid(b) || json.Unmarshal(b, &got) != nil || got != want {
 			t.Errorf("%q: wrote %q, reads back %q, want %q", s, b, got, want)

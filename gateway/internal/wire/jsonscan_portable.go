@@ -1,6 +1,6 @@
 //go:build !(goexperiment.simd && amd64)
 
-package gateway
+package wire
 
 // Without Go's experimental SIMD package (GOEXPERIMENT=simd on amd64), str's word loop
 // scans JSON strings alone.

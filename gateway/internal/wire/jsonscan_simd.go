@@ -1,21 +1,18 @@
 //go:build goexperiment.simd && amd64
 
-package gateway
+package wire
 
 import (
 	"math/bits"
 	"simd/archsimd"
 )
 
-// vectorJSON can turn the AVX2 string scan off (tests compare both).
-var vectorJSON = true
-
 // plainPrefix returns how many bytes at the start of b stand for themselves inside a JSON
 // string: none of them is '"', '\\' or a control character (< 0x20). It looks at 64 bytes a
 // step with AVX2 (a base64 image is ~all such bytes) and stops before the last 64; str's
 // word loop takes the rest.
 func plainPrefix(b []byte) int {
-	if !hasAVX2 || !vectorJSON {
+	if !hasAVX2 {
 		return 0
 	}
 	quote := archsimd.BroadcastUint8x32('"')
