@@ -67,12 +67,10 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 		return s.lookupAnswer(fc, err, true)
 	}
 	defer m.done()
-	r := requestPool.Get().(*request)
-	defer func() {
-		r.reset()
-		requestPool.Put(r)
-	}()
-	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
+	r := s.newRequest(m, fe)
+	defer s.putRequest(r)
+	r.http.fc = fc
+	r.t = &r.http
 	err = s.admit(r)
 	if err == nil {
 		return fasthttp.StatusContinue

@@ -1,26 +1,14 @@
 package gateway
 
 import (
-	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"net"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
+	"net/http"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/imagegate/imagegate/batcher"
-	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -48,6 +36,11 @@ import (
 //
 // A request's context carries its deadline and is cancelled when its client goes away
 // (cause errClientGone) or when a drain runs out of time (cause errDraining).
+//
+// The stages are the same for every transport; what depends on the protocol that carried the
+// request (where its deadline and options are, how its body arrives, how the server learns
+// that its client left, how a failure is answered) goes through the request's transport
+// (transport.go; HTTP/1's is http.go). A front end is one protocol's body and answer format.
 
 // frontEnd is one protocol's view of an inference request.
 type frontEnd interface {
@@ -64,7 +57,8 @@ type frontEnd interface {
 // clears everything a request left, and buffers that grew too large are dropped.
 type request struct {
 	s        *Server
-	fc       *fasthttp.RequestCtx
+	t        transport     // how the request arrived and how its answer leaves: &http for HTTP
+	http     httpTransport // HTTP/1's transport state, pooled with the request
 	m        *model
 	fe       frontEnd
 	start    time.Time
@@ -86,8 +80,6 @@ type request struct {
 	samples  sampleSet
 	v2       v2State
 }
-
-var requestPool = sync.Pool{New: func() any { return new(request) }}
 
 // maxPooledBuffer: a request's buffers above this size are not kept for the next request.
 const maxPooledBuffer = 4 << 20
@@ -142,10 +134,24 @@ func (r *request) reserve(n int64) error {
 	return nil
 }
 
-// serveInference runs an inference request for model m through the pipeline.
-func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) {
-	r := requestPool.Get().(*request)
-	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
+// newRequest takes a pooled request for model m through front end fe, arrived now; the
+// caller sets its transport.
+func (s *Server) newRequest(m *model, fe frontEnd) *request {
+	r := s.requests.Get().(*request)
+	r.s, r.m, r.fe, r.start = s, m, fe, time.Now()
+	return r
+}
+
+// putRequest gives r back to the pool, cleared.
+func (s *Server) putRequest(r *request) {
+	r.reset()
+	s.requests.Put(r)
+}
+
+// infer runs an inference request through the pipeline, answers it (its transport writes the
+// failure; the front end, the success), counts it, and gives back all it took.
+func (s *Server) infer(r *request) {
+	m := r.m
 	s.inflight.Add(1)
 	defer func() {
 		// Whatever happened (a panic included), the request gives back all it took.
@@ -159,44 +165,50 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 			r.cancel(nil)
 		}
 		s.mem.release(r.held)
-		r.reset()
-		requestPool.Put(r)
+		s.putRequest(r)
 		s.inflight.Add(-1)
 		s.inflightDone()
 	}()
 	err := s.runPipeline(r)
-	status, reason := fasthttp.StatusOK, ""
+	status, reason := http.StatusOK, ""
 	if err != nil {
 		status, reason = s.fail(r, err)
 		if reason != reasonCanceled && !r.bodyDone {
-			s.discardBody(r, err)
+			r.t.discard(r, err)
 		}
 	}
 	m.met.req.observe(status, reason, time.Since(r.start))
 }
 
+// runPipeline runs the request's stages, in order (see the top of this file).
 func (s *Server) runPipeline(r *request) error {
+	// Admit: before a byte of the body is read.
 	if err := s.admit(r); err != nil {
 		return err
 	}
+	// From here the request has a context: its deadline, its client leaving, a drain's end.
 	ctx, cancel := context.WithDeadline(s.abort, r.deadline)
 	r.rctx, r.cancel = context.WithCancelCause(ctx)
 	cancelDeadline := r.cancel
 	r.cancel = func(cause error) { cancelDeadline(cause); cancel() }
-	release := s.gone.Watch(r.fc.Conn(), func() { cancelDeadline(errClientGone) })
+	release := r.t.watchGone(r, func() { cancelDeadline(errClientGone) })
 	defer release()
-	if err := s.readBody(r); err != nil {
+	// Read the body, within the memory budget.
+	if err := r.t.readBody(r); err != nil {
 		return err
 	}
+	// Parse it into samples (the front end), decoding images through the decode gate.
 	if err := r.fe.parse(r); err != nil {
 		return err
 	}
+	// Queue and batch: the samples run in the model's batches.
 	if err := r.samples.submit(r.rctx, r.priority); err != nil {
 		if errors.Is(err, batcher.ErrQueueFull) { // the batcher's own bound, also at once
 			s.met.refusals[refuseQueue].Inc()
 		}
 		return err
 	}
+	// Answer (the front end, through the transport's response).
 	return r.fe.write(r)
 }
 
@@ -205,10 +217,10 @@ func (s *Server) admit(r *request) error {
 	if s.aborted.Load() {
 		return fmt.Errorf("%w: the server is shutting down", errDraining)
 	}
-	if err := s.parseOptions(r); err != nil {
+	if err := r.t.options(r); err != nil {
 		return err
 	}
-	if n := r.fc.Request.Header.ContentLength(); int64(n) > s.opts.MaxBodyBytes {
+	if n := r.t.declaredBytes(r); n > s.opts.MaxBodyBytes {
 		return fmt.Errorf("%w: the body declares %d bytes; server.max_body_bytes is %d", errBodyTooLarge, n, s.opts.MaxBodyBytes)
 	}
 	// The model's queue, without taking a place in it yet (the samples are admitted once the
@@ -333,206 +345,8 @@ func (r *request) decodeImage(i int, img []byte) error {
 	return err
 }
 
-// parseOptions reads the request's deadline and priority (headers or query) and top_k.
-func (s *Server) parseOptions(r *request) error {
-	fc, m := r.fc, r.m
-	timeout := m.defaultTimeout
-	args := fc.QueryArgs()
-	if v := args.Peek("top_k"); v != nil {
-		k, err := parseCount(v)
-		if err != nil || k < 0 {
-			return wire.Malformed("top_k must be a non-negative integer, got %q", wire.Truncate(string(v), 20))
-		}
-		r.topK = min(k, len(m.labels))
-	}
-	tv := fc.Request.Header.Peek("X-Request-Timeout")
-	if tv == nil {
-		tv = args.Peek("timeout")
-	}
-	if tv != nil {
-		ms, err := parseMillis(tv)
-		if err != nil || !(ms > 0) {
-			return wire.Malformed("timeout must be a positive number of milliseconds, got %q", wire.Truncate(string(tv), 20))
-		}
-		// A timeout only shortens the model's default; a longer one (up to +Inf) is the default.
-		if ms < float64(timeout)/float64(time.Millisecond) {
-			timeout = time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	r.deadline = r.start.Add(timeout)
-	pv := fc.Request.Header.Peek("X-Request-Priority")
-	if pv == nil {
-		pv = args.Peek("priority")
-	}
-	if pv != nil {
-		p, err := parseCount(pv)
-		if err != nil || p < 0 {
-			return wire.Malformed("priority must be a non-negative integer, got %q", wire.Truncate(string(pv), 20))
-		}
-		r.priority = p
-	}
-	return nil
-}
-
-// parseCount parses a count given in a header or a query parameter: decimal digits only (no
-// sign, no spaces), at most 18 of them; strconv.Atoi also took "+3".
-func parseCount(b []byte) (int, error) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, errBadCount
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, errBadCount
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, nil
-}
-
-var errBadCount = errors.New("not a decimal count")
-
-// parseMillis parses a timeout in milliseconds: decimal digits with an optional fraction
-// ("250", "0.5"), or "inf" (no shorter than the default). strconv.ParseFloat also took "1_000",
-// hex floats and "infinity".
-func parseMillis(b []byte) (float64, error) {
-	if strings.EqualFold(string(b), "inf") {
-		return math.Inf(1), nil
-	}
-	digits, frac := 0, false
-	for i, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '.' && !frac && i > 0 && i < len(b)-1:
-			frac = true
-		default:
-			return 0, errBadCount
-		}
-	}
-	if digits == 0 || len(b) > 24 {
-		return 0, errBadCount
-	}
-	return strconv.ParseFloat(string(b), 64)
-}
-
-// readBody reads the request body into r.body, taking its bytes from the memory budget as they
-// arrive, and undoes a gzip or deflate Content-Encoding within the same bounds.
-func (s *Server) readBody(r *request) error {
-	h := &r.fc.Request.Header
-	declared := int64(h.ContentLength()) // -1: chunked, -2: none
-	var src io.Reader = r.fc.RequestBodyStream()
-	if src == nil {
-		src = bytes.NewReader(r.fc.Request.Body())
-	}
-	if r.bodyBuf == nil {
-		r.bodyBuf = s.bodyBufs.get()
-	}
-	body, err := r.readAll(src, declared, &r.bodyBuf)
-	if err != nil {
-		r.bodyBad = !errors.Is(err, errOverloaded) && !errors.Is(err, errTooLarge)
-		var ne net.Error
-		switch {
-		case s.aborted.Load():
-			return fmt.Errorf("%w: the server stopped reading bodies (server.shutdown_timeout)", errDraining)
-		case errors.As(err, &ne) && ne.Timeout():
-			return fmt.Errorf("%w (server.read_timeout %v)", errReadTimeout, s.opts.ReadTimeout)
-		case errors.Is(err, errBodyTooLarge), errors.Is(err, errOverloaded), errors.Is(err, errTooLarge):
-			return err
-		case connEnded(err):
-			return fmt.Errorf("%w: the connection ended inside the request body", errClientGone)
-		}
-		// fasthttp's error text quotes what it could not parse (a trailer line, a chunk
-		// size): never sent back, nor logged.
-		if declared == -1 {
-			return wire.Malformed("cannot read the request body: its chunked encoding is malformed (a chunk size, a CRLF or a trailer line)")
-		}
-		return wire.Malformed("cannot read the request body")
-	}
-	r.bodyDone = true
-	if declared >= 0 && int64(len(body)) < declared {
-		// The stream ends early only when the connection does: the client left (or shut
-		// its sending side, which the gateway reads as leaving), and reads no answer.
-		return fmt.Errorf("%w: the connection ended after %d of the body's %d bytes", errClientGone, len(body), declared)
-	}
-	switch enc := h.Peek(fasthttp.HeaderContentEncoding); {
-	case len(enc) == 0, bytes.EqualFold(enc, []byte("identity")):
-	case bytes.EqualFold(enc, []byte("gzip")), bytes.EqualFold(enc, []byte("x-gzip")):
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return wire.Malformed("cannot decompress the gzip body: %v", err)
-		}
-		if r.inflated == nil {
-			r.inflated = s.bodyBufs.get()
-		}
-		if body, err = r.readAll(zr, -1, &r.inflated); err != nil {
-			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
-				return err
-			}
-			return wire.Malformed("cannot decompress the gzip body: %v", err)
-		}
-	case bytes.EqualFold(enc, []byte("deflate")):
-		// RFC 9110's deflate is zlib-wrapped; some clients send raw deflate: try zlib first.
-		if r.inflated == nil {
-			r.inflated = s.bodyBufs.get()
-		}
-		out, err := r.readAll(zlibOrFlate(body), -1, &r.inflated)
-		if err != nil {
-			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
-				return err
-			}
-			return wire.Malformed("cannot decompress the deflate body: %v", err)
-		}
-		body = out
-	default:
-		return fmt.Errorf("%w: Content-Encoding %q is not supported (gzip, deflate or none)", errUnsupportedMedia, wire.Truncate(string(enc), 40))
-	}
-	r.body = body
-	return nil
-}
-
-// discardBody reads and drops what is left of a refused request's body, so that the client,
-// still sending it, reads our answer instead of a connection reset (a close with unread
-// data resets the connection). A body declared over server.max_body_bytes, one whose reading
-// failed, or one that stops arriving, is not waited for: the connection is closed after the
-// answer.
-func (s *Server) discardBody(r *request, cause error) {
-	if r.bodyBad || errors.Is(cause, errBodyTooLarge) {
-		// Too much to read, or a stream that failed (a malformed chunk size, a timeout, a
-		// reset): reading on would take what follows for a chunk header and wait for
-		// read_timeout. The connection closes by lingering instead.
-		lingerOnClose(r.fc)
-		return
-	}
-	s.drainBody(r.fc)
-}
-
-// drainBody reads and drops the body of a request answered without reading it (a refusal,
-// an unknown model or path), within server.max_body_bytes (dropped in the kernel where it
-// can be); fasthttp itself would drop only 256 KiB and reset the rest under the client.
-func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
-	if int64(fc.Request.Header.ContentLength()) > s.opts.MaxBodyBytes {
-		lingerOnClose(fc)
-		return
-	}
-	stream := fc.RequestBodyStream()
-	if stream == nil {
-		return
-	}
-	if !s.conns.Drain(fc.Conn(), stream, s.opts.MaxBodyBytes) {
-		lingerOnClose(fc)
-	}
-}
-
 // bodyChunk is the first reservation for a body, and the smallest growth.
 const bodyChunk = 64 << 10
-
-// connEnded reports whether a body read failed because the connection ended (closed or reset
-// by the client) rather than because of what the client sent.
-func connEnded(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
 
 // readAll reads src to its end into *buf, growing it (doubling from bodyChunk, up to the
 // declared length when there is one) as bytes arrive; each growth is taken from the memory
@@ -581,17 +395,8 @@ func (r *request) readAll(src io.Reader, declared int64, buf *[]byte) ([]byte, e
 	}
 }
 
-// zlibOrFlate reads a zlib stream, or a raw deflate stream when the data has no zlib header.
-func zlibOrFlate(b []byte) io.Reader {
-	if len(b) >= 2 && b[0]&0x0f == 8 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0 {
-		if zr, err := zlib.NewReader(bytes.NewReader(b)); err == nil {
-			return zr
-		}
-	}
-	return flate.NewReader(bytes.NewReader(b))
-}
-
-// fail writes the answer to a failed request and returns its status and reason.
+// fail answers a failed request, through its transport, and returns its status and reason
+// (classify's).
 func (s *Server) fail(r *request, err error) (int, string) {
 	if errors.Is(err, context.Canceled) && r.rctx != nil {
 		if cause := context.Cause(r.rctx); cause != nil {
@@ -599,28 +404,23 @@ func (s *Server) fail(r *request, err error) (int, string) {
 		}
 	}
 	status, reason := s.classify(err)
-	fc := r.fc
 	switch reason {
 	case reasonCanceled:
 		// The client closed its connection (or its sending side) while the request waited:
-		// it is dropped unanswered and the connection closed without a response.
-		fc.HijackSetNoResponse(true)
-		fc.Hijack(func(net.Conn) {})
+		// it is dropped unanswered.
+		r.t.abandon(r)
 		return status, reason
 	case reasonInternal:
 		s.log.Error("inference failed", "model", r.m.name, "err", err)
 	}
 	msg := err.Error()
 	switch {
-	case reason == reasonTimeout && status == fasthttp.StatusGatewayTimeout:
+	case reason == reasonTimeout && status == http.StatusGatewayTimeout:
 		msg = "the request's deadline passed before it could be answered (X-Request-Timeout or batching.default_timeout)"
 	case reason == reasonDraining && !errors.Is(err, errDraining):
 		// The batcher's "closed": the drain ran out of server.shutdown_timeout.
 		msg = "gateway: draining: the server is shutting down and dropped the requests still queued; retry"
 	}
-	if retryable(reason) {
-		fc.Response.Header.Set("Retry-After", s.retryAfter)
-	}
-	writeError(fc, status, msg)
+	r.t.fail(r, status, msg, retryable(reason))
 	return status, reason
 }

@@ -43,7 +43,7 @@ func (predictAPI) parse(r *request) error {
 // imageBytes returns the encoded image of a predict request: the body itself for image or
 // octet-stream bodies, the decoded "image" field for JSON bodies.
 func (r *request) imageBytes() ([]byte, error) {
-	ct := r.fc.Request.Header.ContentType()
+	ct := r.http.fc.Request.Header.ContentType()
 	if i := bytes.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
@@ -90,8 +90,8 @@ func (predictAPI) decodes() bool { return true }
 
 func (predictAPI) write(r *request) error {
 	r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.scores(0), r.topK)
-	r.fc.SetContentType("application/json")
-	r.fc.SetBody(r.out)
+	r.http.fc.SetContentType("application/json")
+	r.http.fc.SetBody(r.out)
 	return nil
 }
 

@@ -35,6 +35,7 @@ type Server struct {
 	conns      *netx.Tracker  // connections: the limit, idle closes, drains, lingering closes
 	gone       *netx.Watcher  // clients that leave while their request waits
 	threads    *sched.Threads // decode and model threads
+	requests   sync.Pool      // *request
 	srv        *fasthttp.Server
 	retryAfter string
 
@@ -93,6 +94,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		h := sha256.Sum256([]byte(opts.AdminToken))
 		s.adminTok = h[:]
 	}
+	s.requests.New = func() any { return new(request) }
 	s.abort, s.abortFn = context.WithCancelCause(context.Background())
 	s.gate = newDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
 	s.conns = netx.NewTracker(netx.Config{

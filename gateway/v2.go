@@ -247,7 +247,7 @@ func (a v2API) parseBody(r *request) error {
 	v := &r.v2
 	body := r.body
 	hdr := body
-	if h := r.fc.Request.Header.Peek("Inference-Header-Content-Length"); h != nil {
+	if h := r.http.fc.Request.Header.Peek("Inference-Header-Content-Length"); h != nil {
 		n, err := parseCount(h)
 		if err != nil || n > len(body) {
 			return wire.Malformed("Inference-Header-Content-Length is %q; the body has %d bytes", wire.Truncate(string(h), 20), len(body))
@@ -496,7 +496,7 @@ func (a v2API) write(r *request) error {
 		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
-	fc := r.fc
+	fc := r.http.fc
 	if len(bin) > 0 || hasBinaryOutput(outs, v.BinaryOutput) {
 		fc.Response.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(b)))
 		fc.SetContentType("application/octet-stream")
