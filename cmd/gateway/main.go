@@ -33,6 +33,8 @@ import (
 )
 
 func main() {
+	// Settings of the whole process, made here rather than when a package is imported:
+	ort.LimitMallocArenas() // glibc: one malloc arena per CPU, before GOMAXPROCS is raised
 	configPath := flag.String("config", "configs/gateway.yaml", "YAML configuration file")
 	listen := flag.String("listen", "", "HOST:PORT to listen on (overrides server.listen)")
 	check := flag.Bool("check", false, "validate the configuration and load every model, then exit")
