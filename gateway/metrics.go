@@ -15,10 +15,10 @@ import (
 
 // Metrics: static names, closed label sets (model, version, code, reason, stage), counters
 // ending in _total, histograms as Prometheus histograms. One metrics.Set holds every series, so
-// each family is written once with its # HELP and # TYPE; a model's series are registered by
-// newModel and unregistered when the model is closed.
-
-func init() { metrics.ExposeMetadata(true) }
+// each family is written once, with its # HELP and # TYPE when the process exposes metadata
+// (metrics.ExposeMetadata, a VictoriaMetrics setting for the whole process that cmd/gateway
+// turns on); a model's series are registered by newModel and unregistered when the model is
+// closed.
 
 // metricHelp is the # HELP text of each of the gateway's families.
 var metricHelp = map[string]string{

@@ -233,7 +233,9 @@ func (s *Server) registerServerMetrics() {
 	set.NewGauge(fmt.Sprintf(`gateway_build_info{version=%q}`, Version), func() float64 { return 1 })
 }
 
-// WriteMetrics writes the server's metrics in Prometheus text format, then the process's.
+// WriteMetrics writes the server's metrics in Prometheus text format, then the process's. The
+// families carry # HELP and # TYPE lines once metrics.ExposeMetadata(true) has been called (a
+// setting of the whole process: cmd/gateway's main calls it).
 func (s *Server) WriteMetrics(w *bytes.Buffer) {
 	s.met.write(w)
 	metrics.WriteProcessMetrics(w)

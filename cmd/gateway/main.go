@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/configs"
 	"github.com/imagegate/imagegate/gateway"
@@ -34,7 +36,8 @@ import (
 
 func main() {
 	// Settings of the whole process, made here rather than when a package is imported:
-	ort.LimitMallocArenas() // glibc: one malloc arena per CPU, before GOMAXPROCS is raised
+	ort.LimitMallocArenas()      // glibc: one malloc arena per CPU, before GOMAXPROCS is raised
+	metrics.ExposeMetadata(true) // /metrics families carry # HELP and # TYPE
 	configPath := flag.String("config", "configs/gateway.yaml", "YAML configuration file")
 	listen := flag.String("listen", "", "HOST:PORT to listen on (overrides server.listen)")
 	check := flag.Bool("check", false, "validate the configuration and load every model, then exit")
