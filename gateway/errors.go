@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/valyala/fasthttp"
 
@@ -36,6 +37,8 @@ var (
 	errClientGone = errors.New("gateway: client closed the connection")
 	// errNotFound: an unknown model, version or path (404).
 	errNotFound = errors.New("gateway: not found")
+	// errMemory: the memory budget is held by other requests (503).
+	errMemory = fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
 	// errMethod: a method the path does not take (405).
 	errMethod = errors.New("gateway: method not allowed")
 )

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -122,13 +123,13 @@ func (r *request) dropImage() {
 
 // reserve takes n more bytes of the memory budget for the request.
 func (r *request) reserve(n int64) error {
-	if r.held+n > r.s.mem.limit {
+	if r.held+n > r.s.mem.Limit() {
 		// Not even an idle server could hold this request: no retry helps.
-		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.limit)
+		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.Limit())
 	}
-	if !r.s.mem.reserve(n) {
+	if !r.s.mem.Reserve(n) {
 		r.s.met.refusals[refuseMemory].Inc()
-		return fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
+		return errMemory
 	}
 	r.held += n
 	return nil
@@ -164,7 +165,7 @@ func (s *Server) infer(r *request) {
 		if r.cancel != nil {
 			r.cancel(nil)
 		}
-		s.mem.release(r.held)
+		s.mem.Release(r.held)
 		s.putRequest(r)
 		s.inflight.Add(-1)
 		s.inflightDone()
@@ -233,11 +234,11 @@ func (s *Server) admit(r *request) error {
 	// requests are images) and the model's batcher.
 	pred, _ := r.m.impl.predict(r.priority)
 	if r.fe.decodes() {
-		pred += s.gate.predictWait()
+		pred += s.gate.PredictWait()
 	}
 	// With the decode gate's headroom: a request refused here is refused in microseconds,
 	// before its body is read; one that passes and is refused later has spent its upload.
-	if need := pred + pred/admitHeadroom; r.start.Add(need).After(r.deadline) {
+	if need := pred + pred/admit.Headroom; r.start.Add(need).After(r.deadline) {
 		s.met.refusals[refuseDeadline].Inc()
 		return fmt.Errorf("%w: predicted to take %v, and a request is admitted only with %v of its deadline left (the prediction and half again); the deadline is in %v",
 			errShed, pred.Round(time.Millisecond), need.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
@@ -290,30 +291,30 @@ func (r *request) decodeImage(i int, img []byte) error {
 	if err != nil {
 		return err
 	}
-	if r.held+cost > s.mem.limit {
-		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.limit)
+	if r.held+cost > s.mem.Limit() {
+		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.Limit())
 	}
 	after, _ := m.impl.predict(r.priority)
-	if err := s.gate.acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
+	if err := s.gate.Acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
 		switch {
-		case errors.Is(err, errMemory):
+		case errors.Is(err, admit.ErrMemory):
 			s.met.refusals[refuseMemory].Inc()
-			return err
-		case errors.Is(err, errOverloaded):
+			return errMemory
+		case errors.Is(err, admit.ErrQueueFull):
 			s.met.refusals[refuseDecodeQueue].Inc()
-			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", err, s.opts.DecodeQueue)
-		case errors.Is(err, errShed):
+			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", errOverloaded, s.opts.DecodeQueue)
+		case errors.Is(err, admit.ErrShed):
 			s.met.refusals[refuseDeadline].Inc()
-			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", err)
-		case errors.Is(err, errTooLarge):
-			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", err, cost, s.mem.limit)
+			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", errShed)
+		case errors.Is(err, admit.ErrTooLarge):
+			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, cost, s.mem.Limit())
 		}
 		return err
 	}
 	// The rows are taken once a worker is: a request waiting for one holds only its body.
 	samples, err := r.rows(true)
 	if err != nil {
-		s.gate.release(cost, heavy, 0)
+		s.gate.Release(cost, heavy, 0)
 		return err
 	}
 	decode := func() (err error) {
@@ -337,10 +338,10 @@ func (r *request) decodeImage(i int, img []byte) error {
 	d := time.Since(t)
 	if err != nil && r.rctx.Err() != nil {
 		// Stopped part-way (the client left, the deadline passed): not a decode time.
-		s.gate.release(cost, heavy, 0)
+		s.gate.Release(cost, heavy, 0)
 		return err
 	}
-	s.gate.release(cost, heavy, d)
+	s.gate.Release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())
 	return err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
@@ -28,10 +29,10 @@ type Server struct {
 	opts       Options
 	log        *slog.Logger
 	met        *metricsRegistry
-	mem        *budget
+	mem        *admit.Budget
 	bodyBufs   *freeList // bodies as read, and decompressed
 	imageBufs  *freeList // decoded base64 images
-	gate       *decodeGate
+	gate       *admit.DecodeGate
 	conns      *netx.Tracker  // connections: the limit, idle closes, drains, lingering closes
 	gone       *netx.Watcher  // clients that leave while their request waits
 	threads    *sched.Threads // decode and model threads
@@ -82,7 +83,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		opts:       opts,
 		log:        opts.Log,
 		met:        newMetricsRegistry(),
-		mem:        newBudget(opts.MaxInflightBytes),
+		mem:        admit.NewBudget(opts.MaxInflightBytes),
 		bodyBufs:   newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		imageBufs:  newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		gone:       netx.NewWatcher(),
@@ -96,7 +97,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 	}
 	s.requests.New = func() any { return new(request) }
 	s.abort, s.abortFn = context.WithCancelCause(context.Background())
-	s.gate = newDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
+	s.gate = admit.NewDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
 	s.conns = netx.NewTracker(netx.Config{
 		MaxConns:   opts.MaxConnections,
 		Refusal:    netx.Refusal(`{"error":"the server has too many connections open (server.max_connections); try again"}`, s.retryAfter),
@@ -216,10 +217,10 @@ func (s *Server) registerServerMetrics() {
 	set := s.met.set
 	set.NewGauge("gateway_decode_workers", func() float64 { return float64(s.opts.DecodeWorkers) })
 	set.NewGauge("gateway_decode_queue_capacity", func() float64 { return float64(s.opts.DecodeQueue) })
-	set.NewGauge("gateway_decode_busy", func() float64 { _, b := s.gate.stats(); return float64(b) })
-	set.NewGauge("gateway_decode_waiting", func() float64 { w, _ := s.gate.stats(); return float64(w) })
-	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.mem.used.Load()) })
-	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.mem.limit) })
+	set.NewGauge("gateway_decode_busy", func() float64 { _, b := s.gate.Stats(); return float64(b) })
+	set.NewGauge("gateway_decode_waiting", func() float64 { w, _ := s.gate.Stats(); return float64(w) })
+	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.mem.Used()) })
+	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.mem.Limit()) })
 	set.NewGauge("gateway_inflight_requests", func() float64 { return float64(s.inflight.Load()) })
 	set.NewGauge("gateway_connections", func() float64 { return float64(s.conns.Open()) })
 	set.NewGauge("gateway_connections_idle", func() float64 { return float64(s.conns.Idle()) })

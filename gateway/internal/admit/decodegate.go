@@ -1,8 +1,8 @@
-package gateway
+package admit
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,18 +10,18 @@ import (
 	"github.com/imagegate/imagegate/internal/queue"
 )
 
-// decodeGate schedules image decodes on the decode workers: the CPU-bound stage where, under
+// DecodeGate schedules image decodes on the decode workers: the CPU-bound stage where, under
 // overload, requests pile up. It bounds that pile and refuses early:
 //
-//   - DecodeWorkers decodes run at once; DecodeQueue requests may wait; a request that finds
-//     the queue full is refused at once (errOverloaded).
+//   - workers decodes run at once; maxWait requests may wait; a request that finds
+//     the queue full is refused at once (ErrQueueFull).
 //   - a request whose deadline cannot be met (its predicted wait for a worker, its decode and
-//     what its model's batcher predicts) is refused on arrival (errShed), and a waiter that
+//     what its model's batcher predicts) is refused on arrival (ErrShed), and a waiter that
 //     can no longer make it when a worker frees up is dropped instead of decoded: no CPU goes
 //     to a request that would expire before it can run.
 //   - an image's decode memory (its peak, from its header) is taken from the memory budget
 //     before it starts; one that does not fit waits for releases, one larger than the whole
-//     budget is refused (errTooLarge). A heavy image (a huge canvas) may use at most half the
+//     budget is refused (ErrTooLarge). A heavy image (a huge canvas) may use at most half the
 //     workers, so that ordinary traffic keeps at least half the decode capacity.
 //
 // Waiters are served first come, first served among those that can run. FIFO suffices because
@@ -29,7 +29,7 @@ import (
 // deadline from its place in the queue, and dropped at dispatch if it no longer can. (Serving
 // the newest first, as adaptive LIFO does, would strand the oldest until they are shed late:
 // a slow refusal instead of a fast one.) It is safe for concurrent use.
-type decodeGate struct {
+type DecodeGate struct {
 	mu         sync.Mutex
 	workers    int
 	busy       int
@@ -37,7 +37,7 @@ type decodeGate struct {
 	heavy      int
 	maxWait    int
 	q          queue.List[waiter, *waiter]
-	mem        *budget
+	mem        *Budget
 	decodeHeld int64        // bytes of the budget held by running decodes
 	svc        ewma         // decode wall time of ordinary images, ns
 	heavySvc   ewma         // decode wall time of heavy images, ns
@@ -47,12 +47,6 @@ type decodeGate struct {
 	refused, shed, tooLarge uint64 // counters (under mu)
 	waiters                 sync.Pool
 }
-
-// heavyPixelBytes is the decode work (preprocess's Info.WorkBytes: width × height × bytes per
-// pixel of the RGB or gray rows it makes, plus a TIFF's per-strip overhead) above which an
-// image is heavy: 48 MiB, a 16-megapixel RGB photo. A 7000x7000 GIF screen around a 1x1
-// frame, or a 1-bit palette PNG of 50 megapixels, is heavy though its stored pixels are not.
-const heavyPixelBytes = 48 << 20
 
 // waiter is a request waiting for a decode worker; its Links hold its place in the queue and
 // its deadline.
@@ -64,8 +58,10 @@ type waiter struct {
 	ready chan error    // capacity 1: nil (a worker is taken) or why it was dropped
 }
 
-func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
-	g := &decodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
+// NewDecodeGate returns a gate for workers decodes at once and maxWait waiting, whose decodes
+// take their memory from mem.
+func NewDecodeGate(workers, maxWait int, mem *Budget) *DecodeGate {
+	g := &DecodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
 	g.svc.alpha, g.heavySvc.alpha = 0.1, 0.2
 	g.svc.clip, g.heavySvc.clip = ewmaClip, ewmaClip
 	g.waiters.New = func() any { return &waiter{ready: make(chan error, 1)} }
@@ -73,15 +69,15 @@ func newDecodeGate(workers, maxWait int, mem *budget) *decodeGate {
 	return g
 }
 
-// acquire takes a decode worker and cost bytes of the memory budget for a decode that must be
+// Acquire takes a decode worker and cost bytes of the memory budget for a decode that must be
 // done, with what follows it (after: the model's batcher's prediction), by deadline. It blocks
-// while the request waits in the queue. On success the caller decodes and then calls release.
-func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64, heavy bool, after time.Duration) error {
+// while the request waits in the queue. On success the caller decodes and then calls Release.
+func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, cost int64, heavy bool, after time.Duration) error {
 	if cost > g.mem.limit {
 		g.mu.Lock()
 		g.tooLarge++
 		g.mu.Unlock()
-		return errTooLarge
+		return ErrTooLarge
 	}
 	g.mu.Lock()
 	if g.q.Len() == 0 && g.tryTake(cost, heavy) {
@@ -91,12 +87,12 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 	if g.q.Len() >= g.maxWait {
 		g.refused++
 		g.mu.Unlock()
-		return errOverloaded
+		return ErrQueueFull
 	}
 	if !g.mayFit(cost) {
 		g.refused++
 		g.mu.Unlock()
-		return errMemory
+		return ErrMemory
 	}
 	// Predicted: the decodes ahead spread over the workers, then this one, then downstream.
 	// Half more is asked of the deadline than predicted: a request queued on a prediction
@@ -106,10 +102,10 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 	// half leaves 3-16 (p99.9 70-110 ms), for the same goodput.
 	wait, svc := g.predict(heavy)
 	now := time.Now()
-	if pred := wait + svc + after; now.Add(pred + pred/admitHeadroom).After(deadline) {
+	if pred := wait + svc + after; now.Add(pred + pred/Headroom).After(deadline) {
 		g.shed++
 		g.mu.Unlock()
-		return errShed
+		return ErrShed
 	}
 	w := g.waiters.Get().(*waiter)
 	w.cost, w.heavy, w.after = cost, heavy, after
@@ -132,7 +128,7 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 		}
 		g.mu.Unlock()
 		if err = <-w.ready; err == nil {
-			g.release(cost, heavy, 0) // dispatched as the context ended: give the worker back
+			g.Release(cost, heavy, 0) // dispatched as the context ended: give the worker back
 		}
 		err = ctx.Err()
 	}
@@ -140,9 +136,9 @@ func (g *decodeGate) acquire(ctx context.Context, deadline time.Time, cost int64
 	return err
 }
 
-// release gives back a worker and the bytes taken by acquire; took is the decode's duration
+// Release gives back a worker and the bytes taken by Acquire; took is the decode's duration
 // (0: not measured).
-func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
+func (g *DecodeGate) Release(cost int64, heavy bool, took time.Duration) {
 	g.mu.Lock()
 	g.busy--
 	g.decodeHeld -= cost
@@ -158,7 +154,7 @@ func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
 	}
 	g.mu.Unlock()
 	if cost > 0 {
-		g.mem.release(cost) // calls kick
+		g.mem.Release(cost) // calls kick
 	} else {
 		g.kick()
 	}
@@ -166,7 +162,7 @@ func (g *decodeGate) release(cost int64, heavy bool, took time.Duration) {
 
 // kick dispatches waiters after a release of workers or memory (every request's end releases
 // memory: without waiters it returns at once, without the lock).
-func (g *decodeGate) kick() {
+func (g *DecodeGate) kick() {
 	if g.waiting.Load() == 0 {
 		return
 	}
@@ -179,8 +175,8 @@ func (g *decodeGate) kick() {
 
 // tryTake starts a decode of cost bytes if a worker (a heavy slot for a heavy image) and the
 // memory are free, and reports whether it did. g.mu held.
-func (g *decodeGate) tryTake(cost int64, heavy bool) bool {
-	if g.busy >= g.workers || heavy && g.heavy >= g.heavyMax || !g.mem.reserve(cost) {
+func (g *DecodeGate) tryTake(cost int64, heavy bool) bool {
+	if g.busy >= g.workers || heavy && g.heavy >= g.heavyMax || !g.mem.Reserve(cost) {
 		return false
 	}
 	g.busy++
@@ -193,7 +189,7 @@ func (g *decodeGate) tryTake(cost int64, heavy bool) bool {
 
 // dispatch starts the waiters that can run, oldest first, and drops those that can no longer
 // make their deadline. g.mu held.
-func (g *decodeGate) dispatch() {
+func (g *DecodeGate) dispatch() {
 	now := time.Now()
 	for w := g.q.Front(); w != nil && g.busy < g.workers; {
 		next := g.q.Next(w)
@@ -205,11 +201,11 @@ func (g *decodeGate) dispatch() {
 		case now.Add(svc + w.after).After(w.Deadline()):
 			g.remove(w)
 			g.shed++
-			w.ready <- errShed
+			w.ready <- ErrShed
 		case !g.mayFit(w.cost):
 			g.remove(w)
 			g.refused++
-			w.ready <- errMemory
+			w.ready <- ErrMemory
 		case g.tryTake(w.cost, w.heavy):
 			g.remove(w)
 			w.ready <- nil
@@ -221,14 +217,23 @@ func (g *decodeGate) dispatch() {
 
 // mayFit reports whether cost bytes can fit the budget once the running decodes release
 // theirs: memory held by other stages (bodies, rows) is not waited for. g.mu held.
-func (g *decodeGate) mayFit(cost int64) bool {
-	return g.mem.used.Load()-g.decodeHeld+cost <= g.mem.limit
+func (g *DecodeGate) mayFit(cost int64) bool {
+	return g.mem.Used()-g.decodeHeld+cost <= g.mem.limit
 }
 
-// errMemory: the memory budget is held by other requests' bodies and rows.
-var errMemory = fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
+// Acquire's refusals.
+var (
+	// ErrQueueFull: maxWait requests wait already.
+	ErrQueueFull = errors.New("admit: the decode queue is full")
+	// ErrMemory: the memory budget is held by other requests' bodies and rows.
+	ErrMemory = errors.New("admit: the memory budget is in use by other requests")
+	// ErrShed: the decode and what follows it cannot be done before the deadline.
+	ErrShed = errors.New("admit: would miss its deadline")
+	// ErrTooLarge: the decode needs more memory than the whole budget.
+	ErrTooLarge = errors.New("admit: larger than the memory budget")
+)
 
-func (g *decodeGate) push(w *waiter, now, deadline time.Time) {
+func (g *DecodeGate) push(w *waiter, now, deadline time.Time) {
 	g.q.PushBack(w, now, deadline)
 	if w.heavy {
 		g.heavyWait++
@@ -236,7 +241,7 @@ func (g *decodeGate) push(w *waiter, now, deadline time.Time) {
 	g.waiting.Store(int32(g.q.Len()))
 }
 
-func (g *decodeGate) remove(w *waiter) {
+func (g *DecodeGate) remove(w *waiter) {
 	g.q.Remove(w)
 	if w.heavy {
 		g.heavyWait--
@@ -244,20 +249,20 @@ func (g *decodeGate) remove(w *waiter) {
 	g.waiting.Store(int32(g.q.Len()))
 }
 
-// stats returns the queue length and the workers in use.
-func (g *decodeGate) stats() (waiting, busy int) {
+// Stats returns the queue length and the workers in use.
+func (g *DecodeGate) Stats() (waiting, busy int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.q.Len(), g.busy
 }
 
-// predictWait is the predicted time from now until a decode admitted now would finish; 0
-// when a worker is free and nobody waits. An idle gate sheds nothing (acquire does not
+// PredictWait is the predicted time from now until a decode admitted now would finish; 0
+// when a worker is free and nobody waits. An idle gate sheds nothing (Acquire does not
 // either): nobody waits behind the decode, and the decodes it then measures correct an
 // estimate that a few slow images left too high. Without this, one 64 KB progressive JPEG
 // that took 2 s to decode made every request with a 200 ms deadline be refused before its
 // body, on an idle server, until requests without a deadline had brought the average down.
-func (g *decodeGate) predictWait() time.Duration {
+func (g *DecodeGate) PredictWait() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.q.Len() == 0 && g.busy < g.workers {
@@ -267,14 +272,14 @@ func (g *decodeGate) predictWait() time.Duration {
 	return wait + svc
 }
 
-// admitHeadroom: a request is queued for a decode when its deadline leaves 1/admitHeadroom
-// more than the predicted time.
-const admitHeadroom = 2
+// Headroom: a request is queued for a decode when its deadline leaves 1/Headroom more than
+// the predicted time (and the pipeline admits a request so, before its body).
+const Headroom = 2
 
 // predict returns the predicted wait for a worker of a decode arriving now, and its decode
 // time. Ordinary decodes wait for those ahead spread over the workers; a heavy one for the
 // heavy ones ahead spread over the heavy slots (it may not use the others). g.mu held.
-func (g *decodeGate) predict(heavy bool) (wait, svc time.Duration) {
+func (g *DecodeGate) predict(heavy bool) (wait, svc time.Duration) {
 	svc = g.svc.duration()
 	wait = time.Duration(int64(g.q.Len()-g.heavyWait+g.busy-g.heavy) * int64(svc) / int64(g.workers))
 	if heavy {

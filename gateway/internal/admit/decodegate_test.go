@@ -1,4 +1,4 @@
-package gateway
+package admit
 
 import (
 	"context"
@@ -11,18 +11,18 @@ import (
 const noDownstream = time.Duration(0)
 
 // acquireAsync starts an acquire and returns a channel with its result.
-func acquireAsync(g *decodeGate, ctx context.Context, deadline time.Time, cost int64, heavy bool) chan error {
+func acquireAsync(g *DecodeGate, ctx context.Context, deadline time.Time, cost int64, heavy bool) chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- g.acquire(ctx, deadline, cost, heavy, noDownstream) }()
+	go func() { ch <- g.Acquire(ctx, deadline, cost, heavy, noDownstream) }()
 	return ch
 }
 
 func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newDecodeGate(2, 2, newBudget(1<<30))
+		g := NewDecodeGate(2, 2, NewBudget(1<<30))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		for range 2 {
-			if err := g.acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -30,10 +30,10 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 		synctest.Wait()
 		b := acquireAsync(g, ctx, far, 1, false)
 		synctest.Wait()
-		if err := g.acquire(ctx, far, 1, false, noDownstream); !errors.Is(err, errOverloaded) {
+		if err := g.Acquire(ctx, far, 1, false, noDownstream); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("a third waiter with a queue of 2: %v", err)
 		}
-		g.release(1, false, 10*time.Millisecond)
+		g.Release(1, false, 10*time.Millisecond)
 		synctest.Wait()
 		select {
 		case err := <-a:
@@ -48,7 +48,7 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 			t.Fatal("the second waiter ran without a free worker")
 		default:
 		}
-		g.release(1, false, 10*time.Millisecond)
+		g.Release(1, false, 10*time.Millisecond)
 		synctest.Wait()
 		if err := <-b; err != nil {
 			t.Fatal(err)
@@ -61,14 +61,14 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 // decoded; a waiter whose context ends leaves the queue.
 func TestDecodeGateDeadlines(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newDecodeGate(1, 8, newBudget(1<<30))
+		g := NewDecodeGate(1, 8, NewBudget(1<<30))
 		ctx := context.Background()
 		g.svc.observe(float64(100 * time.Millisecond)) // decodes take 100 ms
-		if err := g.acquire(ctx, time.Now().Add(time.Hour), 1, false, noDownstream); err != nil {
+		if err := g.Acquire(ctx, time.Now().Add(time.Hour), 1, false, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		// Behind one running decode: 100 ms of wait + 100 ms of decode > 150 ms.
-		if err := g.acquire(ctx, time.Now().Add(150*time.Millisecond), 1, false, noDownstream); !errors.Is(err, errShed) {
+		if err := g.Acquire(ctx, time.Now().Add(150*time.Millisecond), 1, false, noDownstream); !errors.Is(err, ErrShed) {
 			t.Fatalf("a deadline that cannot be met: %v", err)
 		}
 		// Admitted with 250 ms, but the running decode takes 400 ms: dropped at dispatch.
@@ -83,15 +83,15 @@ func TestDecodeGateDeadlines(t *testing.T) {
 			t.Fatalf("a waiter whose context ended: %v", err)
 		}
 		time.Sleep(400 * time.Millisecond)
-		g.release(1, false, 400*time.Millisecond)
+		g.Release(1, false, 400*time.Millisecond)
 		synctest.Wait()
-		if err := <-late; !errors.Is(err, errShed) {
+		if err := <-late; !errors.Is(err, ErrShed) {
 			t.Fatalf("a waiter past hope: %v", err)
 		}
 		if err := <-ok; err != nil {
 			t.Fatalf("the next waiter: %v", err)
 		}
-		if w, busy := g.stats(); w != 0 || busy != 1 {
+		if w, busy := g.Stats(); w != 0 || busy != 1 {
 			t.Fatalf("waiting %d, busy %d", w, busy)
 		}
 	})
@@ -101,10 +101,10 @@ func TestDecodeGateDeadlines(t *testing.T) {
 // them; decode memory waits for running decodes, but not for memory held elsewhere.
 func TestDecodeGateHeavyAndMemory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mem := newBudget(100)
-		g := newDecodeGate(2, 8, mem)
+		mem := NewBudget(100)
+		g := NewDecodeGate(2, 8, mem)
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
-		if err := g.acquire(ctx, far, 10, true, noDownstream); err != nil {
+		if err := g.Acquire(ctx, far, 10, true, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		heavy := acquireAsync(g, ctx, far, 10, true)
@@ -118,38 +118,38 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 			t.Fatal("a second heavy decode ran beside the first")
 		default:
 		}
-		g.release(10, true, time.Millisecond)
+		g.Release(10, true, time.Millisecond)
 		synctest.Wait()
 		if err := <-heavy; err != nil {
 			t.Fatal(err)
 		}
-		g.release(10, true, time.Millisecond)
-		g.release(10, false, time.Millisecond)
+		g.Release(10, true, time.Millisecond)
+		g.Release(10, false, time.Millisecond)
 		// 70 bytes held by decodes: a 50-byte one waits for them.
-		if err := g.acquire(ctx, far, 70, false, noDownstream); err != nil {
+		if err := g.Acquire(ctx, far, 70, false, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		wait := acquireAsync(g, ctx, far, 50, false)
 		synctest.Wait()
-		g.release(70, false, time.Millisecond)
+		g.Release(70, false, time.Millisecond)
 		synctest.Wait()
 		if err := <-wait; err != nil {
 			t.Fatal(err)
 		}
-		g.release(50, false, time.Millisecond)
+		g.Release(50, false, time.Millisecond)
 		// 80 bytes held by bodies: a 50-byte decode is refused at once.
-		if !mem.reserve(80) {
+		if !mem.Reserve(80) {
 			t.Fatal("reserve")
 		}
-		if err := g.acquire(ctx, far, 50, false, noDownstream); !errors.Is(err, errMemory) || !errors.Is(err, errOverloaded) {
+		if err := g.Acquire(ctx, far, 50, false, noDownstream); !errors.Is(err, ErrMemory) {
 			t.Fatalf("decode memory held by bodies: %v", err)
 		}
-		if err := g.acquire(ctx, far, 101, false, noDownstream); !errors.Is(err, errTooLarge) {
+		if err := g.Acquire(ctx, far, 101, false, noDownstream); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("a decode larger than the budget: %v", err)
 		}
-		mem.release(80)
-		if mem.used.Load() != 0 || g.decodeHeld != 0 {
-			t.Fatalf("budget %d, decode held %d after every release", mem.used.Load(), g.decodeHeld)
+		mem.Release(80)
+		if mem.Used() != 0 || g.decodeHeld != 0 {
+			t.Fatalf("budget %d, decode held %d after every release", mem.Used(), g.decodeHeld)
 		}
 	})
 }
@@ -159,13 +159,13 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 // requests with tight deadlines keep being admitted, decoded and measured.
 func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newDecodeGate(2, 8, newBudget(1<<30))
+		g := NewDecodeGate(2, 8, NewBudget(1<<30))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		decode := func(took time.Duration) {
-			if err := g.acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
-			g.release(1, false, took)
+			g.Release(1, false, took)
 		}
 		for range 20 {
 			decode(10 * time.Millisecond)
@@ -174,20 +174,20 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		if svc := g.svc.duration(); svc > 13*time.Millisecond {
 			t.Fatalf("one 2 s decode among 10 ms ones raised the average to %v", svc)
 		}
-		if w := g.predictWait(); w != 0 {
+		if w := g.PredictWait(); w != 0 {
 			t.Fatalf("an idle gate predicts %v", w)
 		}
 		// Busy: the wait counts again.
 		for range 2 {
-			if err := g.acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if w := g.predictWait(); w < 10*time.Millisecond || w > 40*time.Millisecond {
+		if w := g.PredictWait(); w < 10*time.Millisecond || w > 40*time.Millisecond {
 			t.Fatalf("both workers busy: predicted %v", w)
 		}
-		g.release(1, false, 0)
-		g.release(1, false, 0)
+		g.Release(1, false, 0)
+		g.Release(1, false, 0)
 		// A lasting change is followed: decodes that all take 200 ms carry the average there.
 		for range 40 {
 			decode(200 * time.Millisecond)
