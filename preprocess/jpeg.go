@@ -6,7 +6,6 @@ package preprocess
 #include <stdlib.h>
 #include <string.h>
 #include <setjmp.h>
-#include <malloc.h>
 #include <jpeglib.h>
 #include <jerror.h>
 
@@ -22,8 +21,8 @@ typedef struct {
 	int warnings;   // warnings emitted
 	int truncated;  // a warning said the data ran out (missing rows were padded)
 	char msg[JMSG_LENGTH_MAX]; // the error, or the first warning
-	int measure;    // tests: record the C heap in use at the decode's peak
-	size_t in_use;  // mallinfo2's bytes in use then (all arenas, mmapped blocks included)
+	long long (*heap_probe)(void); // tests: reports the C heap in use, called at the decode's peak
+	long long heap_at_peak;        // what heap_probe reported
 	int scan;       // the input scan last counted
 	long long scan_blocks, max_scan_blocks; // blocks the scans so far cover, and the most allowed
 	volatile int *stop; // during ig_jpeg_decode: non-zero when the caller's context ended
@@ -242,10 +241,8 @@ static int ig_jpeg_decode_stop(igjpeg *g, int num, int gray, int cmyk, unsigned 
 		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) return 0;
 		*rows = (int)g->d.output_scanline - y0;
 	}
-	if (g->measure) { // before jpeg_finish_decompress or jpeg_abort_decompress frees the image's memory
-		struct mallinfo2 m = mallinfo2();
-		g->in_use = m.uordblks + m.hblkhd;
-	}
+	if (g->heap_probe != NULL) // before jpeg_finish_decompress or jpeg_abort_decompress frees the image's memory
+		g->heap_at_peak = g->heap_probe();
 	if (g->d.output_scanline < g->d.output_height) {
 		// The rows below the window are not decoded: nothing of them is used, and
 		// their entropy decoding is 6 % of the article's photo's, 21 % of a photo
@@ -540,8 +537,8 @@ func (p *Preprocessor) decodeJPEG(data []byte, s *scratch, out sink) error {
 // orients it (into s.rot), and frees the decompressor.
 func (p *Preprocessor) decodeJPEGWindow(d *jpegDecoder, pl *jpegPlan, win *jpegWindow, s *scratch) (source, error) {
 	cw, rh, bpp := win.cw, win.y1-win.y0, pl.bpp
-	if jpegMemHook != nil {
-		d.g.measure = 1
+	if p.cHeapProbe != nil {
+		d.g.heap_probe = (*[0]byte)(p.cHeapProbe)
 	}
 	s.dec = s.buf(cw * rh * bpp)
 	buf := *s.dec
@@ -567,8 +564,8 @@ func (p *Preprocessor) decodeJPEGWindow(d *jpegDecoder, pl *jpegPlan, win *jpegW
 	if d.g.truncated != 0 {
 		return source{}, fmt.Errorf("cannot decode JPEG: data is truncated (%s): %w", d.message(), ErrBadImage)
 	}
-	if jpegMemHook != nil {
-		jpegMemHook(int64(d.g.in_use))
+	if p.cHeapProbe != nil {
+		p.onCHeapPeak(int64(d.g.heap_at_peak))
 	}
 	d.close() // libjpeg's memory goes back before the pixels are oriented and resampled
 	if pl.cmyk {
@@ -648,11 +645,6 @@ func storedToOrient(o, w, h, sx, sy int) (x, y int) {
 	}
 	return x, y
 }
-
-// jpegMemHook, when set (tests only), receives the C heap in use (mallinfo2)
-// when a JPEG decode held the most C memory: after its last row, before
-// jpeg_finish_decompress freed the image's buffers.
-var jpegMemHook func(cInUse int64)
 
 // newAndFreeDecompressor creates and destroys one decompressor: what every
 // image pays for not reusing one (BenchmarkJPEGDecompressorNew).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Sentinel errors. Every error returned by Process and ProcessUint8 wraps
@@ -121,6 +122,12 @@ type Preprocessor struct {
 	// noWindow makes JPEG decoding produce the whole (scaled) image instead
 	// of the window the crop reads (tests: both must give the same slot).
 	noWindow bool
+	// cHeapProbe, when set (tests: internal/testutil.CHeapProbe), is a C
+	// function reporting the C heap in use; a JPEG decode calls it when it
+	// holds the most C memory (after its last row, before libjpeg frees the
+	// image's buffers) and hands the figure to onCHeapPeak.
+	cHeapProbe  unsafe.Pointer
+	onCHeapPeak func(int64)
 }
 
 // New validates opts, fills in defaults and returns a Preprocessor. Errors
