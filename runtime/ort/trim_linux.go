@@ -3,7 +3,7 @@
 package ort
 
 /*
-#include <stdlib.h>
+#include <stdlib.h> // defines __GLIBC__ where it is glibc
 #if defined(__GLIBC__)
 #include <malloc.h>
 static void ig_trim(void) { malloc_trim(0); }
