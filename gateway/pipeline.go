@@ -100,8 +100,7 @@ func (r *request) reset() {
 // Body and image buffers are kept apart from requests (s.bodyBufs, s.imageBufs), so that a
 // request gives them back as soon as it is done with them instead of holding them while it
 // waits: a request waiting for a decode worker holds its decoded image but not its JSON body;
-// one waiting for a batch, only its tensor rows (at c=50 on the article's payload, some 15 MB
-// less held).
+// one waiting for a batch, only its tensor rows.
 
 // dropBody gives the request's body buffers back; r.body is nil after it.
 func (r *request) dropBody() {

@@ -31,17 +31,16 @@ typedef struct {
 
 // A multi-scan JPEG's scans each cost a pass over the blocks of the components they hold,
 // whatever the DCT scale, and a scan can be a few bytes (one end-of-band run in a progressive
-// file, a few arithmetic-coded bits in a sequential one): 500 of them over a 7000x7000 canvas
-// made a 133 KB file that took 3.3 s of CPU (a normal photo takes 4 ms), and 498 repeats of
-// the luma scan of a sequential arithmetic-coded 7040x7040 file, 10.7 KB, took 6.4 s. So:
+// file, a few arithmetic-coded bits in a sequential one): a small file can take seconds of CPU
+// (docs/internals.md, "JPEG scans are budgeted"). So:
 //   - a sequential file scans each component once (the standard's rule): its scans may cover
 //     the image's blocks once in all;
 //   - a progressive file's scans may pass over the image's blocks IG_MAX_PASSES times in all
 //     (libjpeg's own progression makes about 7 passes by the count below; encoders that
 //     optimize their scans, some 10), or cover IG_FREE_SCAN_BLOCKS blocks (a 4-megapixel image
-//     64 times, some 40 ms of such scans) if that is more. An AC refinement scan visits every
-//     coefficient of its band in every block even in an end-of-band run (4 times the cost of
-//     a first scan over the full band, measured): it counts ceil(band/16) passes;
+//     64 times) if that is more. An AC refinement scan visits every coefficient of its band in
+//     every block even in an end-of-band run (4 times the cost of a first scan over the full
+//     band): it counts ceil(band/16) passes;
 //   - and there are never more than IG_MAX_SCANS scans.
 #define IG_MAX_SCANS 500
 #define IG_MAX_PASSES 64
@@ -245,8 +244,7 @@ static int ig_jpeg_decode_stop(igjpeg *g, int num, int gray, int cmyk, unsigned 
 		g->heap_at_peak = g->heap_probe();
 	if (g->d.output_scanline < g->d.output_height) {
 		// The rows below the window are not decoded: nothing of them is used, and
-		// their entropy decoding is 6 % of the article's photo's, 21 % of a photo
-		// stored portrait and shown landscape. The data must still hold an
+		// their entropy decoding is work for nothing. The data must still hold an
 		// end-of-image marker (a file cut short does not).
 		if (!ig_jpeg_has_eoi(g)) {
 			if (g->warnings++ == 0)
@@ -290,7 +288,7 @@ import (
 
 // JPEG decoding through libjpeg-turbo's libjpeg API.
 //
-// Every image gets a decompressor of its own, destroyed after it (about 1 µs,
+// Every image gets a decompressor of its own, destroyed after it (a microsecond,
 // BenchmarkJPEGDecompressorNew, against milliseconds for the decode). A
 // libjpeg decompressor keeps state from one image to the next by design: the
 // quantization and Huffman tables of an earlier stream serve a later

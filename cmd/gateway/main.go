@@ -237,8 +237,7 @@ func checkFileLimit(maxConns int, log *slog.Logger) {
 // one per model instance. A decode holds its P while it resamples and a batch loop's thread
 // takes one back after each model run: with GOMAXPROCS at the CPU count (Go's default), a
 // saturated server left the goroutines that accept, refuse and answer waiting for a P, up to
-// Go's 10 ms preemption (the Go trace's scheduling latency under 4x overload: p99 8.9 ms; the
-// client saw refusals at p99 17.8-21.2 ms, 11.6-12.2 with GOMAXPROCS 8). The CPUs are shared
+// Go's preemption (docs/internals.md, "GOMAXPROCS above the CPU count"). The CPUs are shared
 // by the kernel as before; what changes is that a ready goroutine finds a P.
 func setProcs(cfg *configs.Config, log *slog.Logger) {
 	if os.Getenv("GOMAXPROCS") != "" {

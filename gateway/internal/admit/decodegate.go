@@ -97,9 +97,7 @@ func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, cost int64
 	// Predicted: the decodes ahead spread over the workers, then this one, then downstream.
 	// Half more is asked of the deadline than predicted: a request queued on a prediction
 	// that turns out short is dropped at dispatch or shed by the batcher, after its wait, a
-	// slow refusal where a fast one was due. In the 4x overload scenario with 200 ms
-	// deadlines, a quarter left 30-80 such late refusals in 12 s (their p99.9 170-210 ms);
-	// half leaves 3-16 (p99.9 70-110 ms), for the same goodput.
+	// slow refusal where a fast one was due (docs/internals.md, "The decode gate's headroom").
 	wait, svc := g.predict(heavy)
 	now := time.Now()
 	if pred := wait + svc + after; now.Add(pred + pred/Headroom).After(deadline) {
@@ -259,9 +257,8 @@ func (g *DecodeGate) Stats() (waiting, busy int) {
 // PredictWait is the predicted time from now until a decode admitted now would finish; 0
 // when a worker is free and nobody waits. An idle gate sheds nothing (Acquire does not
 // either): nobody waits behind the decode, and the decodes it then measures correct an
-// estimate that a few slow images left too high. Without this, one 64 KB progressive JPEG
-// that took 2 s to decode made every request with a 200 ms deadline be refused before its
-// body, on an idle server, until requests without a deadline had brought the average down.
+// estimate that a few slow images left too high (one slow image must not lock out every
+// request with a short deadline).
 func (g *DecodeGate) PredictWait() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -156,7 +156,7 @@ func (c *Conn) Close() error {
 
 // Lingering closes: at most maxLingering at once (beyond, a connection is closed at once);
 // each lasts until the client closes or stops sending for lingerIdle, at most lingerTime,
-// and reads at most lingerBytes.
+// and reads at most lingerBytes (docs/internals.md, "Lingering closes").
 const (
 	maxLingering = 64
 	lingerIdle   = time.Second
