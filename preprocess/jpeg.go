@@ -601,45 +601,31 @@ func displayedRect(o, w, h, sx0, sy0, sx1, sy1 int) (x0, y0, x1, y1 int) {
 // (x, y), for a stored image of w x h pixels (as orient reads them).
 func orientToStored(o, w, h, x, y int) (sx, sy int) {
 	m := orientMaps[o]
-	if !m.swap {
-		sx, sy = x, y
-		if m.flipX {
-			sx = w - 1 - x
-		}
-		if m.flipY {
-			sy = h - 1 - y
-		}
-		return sx, sy
-	}
-	sx, sy = y, x
-	if m.flipX {
-		sx = w - 1 - y
-	}
-	if m.flipY {
-		sy = h - 1 - x
-	}
-	return sx, sy
+	return orientPoint(m.swap, m.flipX, m.flipY, w, h, x, y)
 }
 
-// storedToOrient returns where orientation o displays stored pixel (sx, sy).
+// storedToOrient returns where orientation o displays stored pixel (sx, sy):
+// orientToStored's inverse. A flip undoes itself; a transposition's inverse
+// is the transposition with its flips exchanged, over the displayed size.
 func storedToOrient(o, w, h, sx, sy int) (x, y int) {
 	m := orientMaps[o]
-	if !m.swap {
-		x, y = sx, sy
-		if m.flipX {
-			x = w - 1 - sx
-		}
-		if m.flipY {
-			y = h - 1 - sy
-		}
-		return x, y
+	if m.swap {
+		return orientPoint(true, m.flipY, m.flipX, h, w, sx, sy)
 	}
-	x, y = sy, sx
-	if m.flipY {
-		x = h - 1 - sy
+	return orientPoint(false, m.flipX, m.flipY, w, h, sx, sy)
+}
+
+// orientPoint maps (x, y) by a transposition (swap), then flips across a
+// w x h image.
+func orientPoint(swap, flipX, flipY bool, w, h, x, y int) (int, int) {
+	if swap {
+		x, y = y, x
 	}
-	if m.flipX {
-		y = w - 1 - sx
+	if flipX {
+		x = w - 1 - x
+	}
+	if flipY {
+		y = h - 1 - y
 	}
 	return x, y
 }
