@@ -333,15 +333,21 @@ func vrow(row, first []uint8, stride int, k []int32) {
 		}
 	default:
 		for x := range row {
-			a := half
-			o := x
-			for _, w := range k {
-				a += int32(first[o]) * w
-				o += stride
-			}
-			row[x] = clip8(a)
+			row[x] = clip8(vsum(first, x, stride, k))
 		}
 	}
+}
+
+// vsum is the vertical pass's fixed-point sum, half included, for the column
+// that starts at first[o]: each tap's weight times the value stride below the
+// last.
+func vsum(first []uint8, o, stride int, k []int32) int32 {
+	a := half
+	for _, w := range k {
+		a += int32(first[o]) * w
+		o += stride
+	}
+	return a
 }
 
 // vrowF32 is vrow writing lut's float32 for each value straight into d.
@@ -368,13 +374,7 @@ func vrowF32(d []float32, first []uint8, stride int, k []int32, lut *[256]float3
 		}
 	default:
 		for x := range d {
-			a := half
-			o := x
-			for _, w := range k {
-				a += int32(first[o]) * w
-				o += stride
-			}
-			d[x] = lut[clip8(a)]
+			d[x] = lut[clip8(vsum(first, x, stride, k))]
 		}
 	}
 }

@@ -247,15 +247,8 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 	// As in hpass3Vec: clean upper halves for the scalar tail (legacy SSE
 	// MOVSS) and the caller.
 	archsimd.ClearAVXUpperBits()
-	lut := &p.lut[c]
-	for ; x < W; x++ {
-		a := half
-		o := x
-		for _, w := range k {
-			a += int32(first[o]) * w
-			o += stride
-		}
-		d[x] = lut[clip8(a)]
+	if x < W {
+		vrowF32(d[x:], first[x:], stride, k, &p.lut[c]) // the last columns, with the portable kernel
 	}
 	return true
 }
