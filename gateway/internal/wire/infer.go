@@ -50,38 +50,19 @@ func (v *InferRequest) Reset() {
 // or Reset.
 func (v *InferRequest) Parse(b []byte) error {
 	p := scanner{b: b}
-	var seen uint16
-	return p.object(func(key []byte, esc bool) error {
-		switch {
-		case keyEquals(key, esc, "id"):
-			if err := once(&seen, 1, "id"); err != nil {
-				return err
-			}
+	return p.fields([]string{"id", "parameters", "inputs", "outputs"}, "", true, func(k int) error {
+		switch k {
+		case 0:
 			s, err := p.stringValue(maxIDBytes, "id")
-			if err != nil {
+			v.ID, v.HasID = append(v.ID[:0], s...), err == nil
+			return err
+		case 1:
+			return p.fields([]string{"binary_data_output"}, "parameters.", false, func(int) error {
+				b, err := p.boolValue("parameters.binary_data_output")
+				v.BinaryOutput = b
 				return err
-			}
-			v.ID, v.HasID = append(v.ID[:0], s...), true
-		case keyEquals(key, esc, "parameters"):
-			if err := once(&seen, 2, "parameters"); err != nil {
-				return err
-			}
-			var pseen uint16
-			return p.object(func(k []byte, esc bool) error {
-				if keyEquals(k, esc, "binary_data_output") {
-					if err := once(&pseen, 1, "parameters.binary_data_output"); err != nil {
-						return err
-					}
-					b, err := p.boolValue("parameters.binary_data_output")
-					v.BinaryOutput = b
-					return err
-				}
-				return p.skipValue(0)
-			}, false)
-		case keyEquals(key, esc, "inputs"):
-			if err := once(&seen, 4, "inputs"); err != nil {
-				return err
-			}
+			})
+		case 2:
 			return p.array(func() error {
 				v.Inputs++
 				if v.Inputs > 1 {
@@ -89,58 +70,52 @@ func (v *InferRequest) Parse(b []byte) error {
 				}
 				return v.parseInput(&p)
 			})
-		case keyEquals(key, esc, "outputs"):
-			if err := once(&seen, 8, "outputs"); err != nil {
-				return err
-			}
-			return p.array(func() error {
-				if len(v.Outs) >= maxOutputs {
-					return Malformed("more than %d outputs requested", maxOutputs)
-				}
-				v.Outs = append(v.Outs, Output{Binary: -1})
-				return v.parseOutput(&p, &v.Outs[len(v.Outs)-1])
-			})
-		default:
-			return p.skipValue(0)
 		}
-		return nil
-	}, true)
+		return p.array(func() error {
+			if len(v.Outs) >= maxOutputs {
+				return Malformed("more than %d outputs requested", maxOutputs)
+			}
+			v.Outs = append(v.Outs, Output{Binary: -1})
+			return parseOutput(&p, &v.Outs[len(v.Outs)-1])
+		})
+	})
 }
 
-// once marks bit in *seen for a key of the object being read, and refuses the key a second
-// time: which of two values counts is left open by JSON, so the request is ambiguous (the
-// article's API refuses a second "image" likewise).
-func once(seen *uint16, bit uint16, key string) error {
-	if *seen&bit != 0 {
-		return Malformed("the key %q appears twice", key)
-	}
-	*seen |= bit
-	return nil
+// fields reads a JSON object at p.i, handing each of its keys that keys names to read (by its
+// index there), with p.i at the value, which read must consume; the values of other keys are
+// skipped. A key named in keys may appear once: which of two values counts is left open by
+// JSON, so the request is ambiguous (the article's API refuses a second "image" likewise).
+// where prefixes the key in that error ("inputs[]."). With top, the object must be the whole
+// input.
+func (p *scanner) fields(keys []string, where string, top bool, read func(k int) error) error {
+	var seen uint32
+	return p.object(func(key []byte, esc bool) error {
+		for i, k := range keys {
+			if keyEquals(key, esc, k) {
+				if seen&(1<<i) != 0 {
+					return Malformed("the key %q appears twice", where+k)
+				}
+				seen |= 1 << i
+				return read(i)
+			}
+		}
+		return p.skipValue(0)
+	}, top)
 }
 
 func (v *InferRequest) parseInput(p *scanner) error {
 	in := &v.In
-	var seen uint16
-	return p.object(func(key []byte, esc bool) error {
-		switch {
-		case keyEquals(key, esc, "name"):
-			if err := once(&seen, 1, "inputs[].name"); err != nil {
-				return err
-			}
+	return p.fields([]string{"name", "datatype", "shape", "parameters", "data"}, "inputs[].", false, func(k int) error {
+		switch k {
+		case 0:
 			s, err := p.stringValue(maxNameBytes, "input name")
 			in.Name = append(in.Name[:0], s...)
 			return err
-		case keyEquals(key, esc, "datatype"):
-			if err := once(&seen, 2, "inputs[].datatype"); err != nil {
-				return err
-			}
+		case 1:
 			s, err := p.stringValue(16, "datatype")
 			in.Datatype = append(in.Datatype[:0], s...)
 			return err
-		case keyEquals(key, esc, "shape"):
-			if err := once(&seen, 4, "inputs[].shape"); err != nil {
-				return err
-			}
+		case 2:
 			in.NDim = 0
 			return p.array(func() error {
 				if in.NDim == MaxDims {
@@ -154,82 +129,47 @@ func (v *InferRequest) parseInput(p *scanner) error {
 				in.NDim++
 				return err
 			})
-		case keyEquals(key, esc, "parameters"):
-			if err := once(&seen, 8, "inputs[].parameters"); err != nil {
-				return err
-			}
-			var pseen uint16
-			return p.object(func(k []byte, esc bool) error {
-				if keyEquals(k, esc, "binary_data_size") {
-					if err := once(&pseen, 1, "inputs[].parameters.binary_data_size"); err != nil {
-						return err
-					}
-					d, err := p.intValue("binary_data_size")
-					if err == nil && d < 0 {
-						err = Malformed("binary_data_size must not be negative")
-					}
-					in.BinarySize, in.HasBinary = d, true
-					return err
+		case 3:
+			return p.fields([]string{"binary_data_size"}, "inputs[].parameters.", false, func(int) error {
+				d, err := p.intValue("binary_data_size")
+				if err == nil && d < 0 {
+					err = Malformed("binary_data_size must not be negative")
 				}
-				return p.skipValue(0)
-			}, false)
-		case keyEquals(key, esc, "data"):
-			if err := once(&seen, 16, "inputs[].data"); err != nil {
+				in.BinarySize, in.HasBinary = d, true
 				return err
-			}
-			start := p.i
-			if err := p.skipValue(0); err != nil {
-				return err
-			}
-			in.Data = p.b[start:p.i]
-			return nil
+			})
 		}
-		return p.skipValue(0)
-	}, false)
+		start := p.i
+		if err := p.skipValue(0); err != nil {
+			return err
+		}
+		in.Data = p.b[start:p.i]
+		return nil
+	})
 }
 
-func (v *InferRequest) parseOutput(p *scanner, o *Output) error {
-	var seen uint16
-	return p.object(func(key []byte, esc bool) error {
-		switch {
-		case keyEquals(key, esc, "name"):
-			if err := once(&seen, 1, "outputs[].name"); err != nil {
-				return err
-			}
+func parseOutput(p *scanner, o *Output) error {
+	return p.fields([]string{"name", "parameters"}, "outputs[].", false, func(k int) error {
+		if k == 0 {
 			s, err := p.stringValue(maxNameBytes, "output name")
 			o.Name = append(o.Name[:0], s...)
 			return err
-		case keyEquals(key, esc, "parameters"):
-			if err := once(&seen, 2, "outputs[].parameters"); err != nil {
+		}
+		return p.fields([]string{"binary_data", "classification"}, "outputs[].parameters.", false, func(k int) error {
+			if k == 0 {
+				b, err := p.boolValue("binary_data")
+				o.Binary = 0
+				if b {
+					o.Binary = 1
+				}
 				return err
 			}
-			var pseen uint16
-			return p.object(func(k []byte, esc bool) error {
-				switch {
-				case keyEquals(k, esc, "binary_data"):
-					if err := once(&pseen, 1, "outputs[].parameters.binary_data"); err != nil {
-						return err
-					}
-					b, err := p.boolValue("binary_data")
-					o.Binary = 0
-					if b {
-						o.Binary = 1
-					}
-					return err
-				case keyEquals(k, esc, "classification"):
-					if err := once(&pseen, 2, "outputs[].parameters.classification"); err != nil {
-						return err
-					}
-					d, err := p.intValue("classification")
-					if err == nil && (d < 1 || d > math.MaxInt32) {
-						err = Malformed("classification must be a positive count, got %d", d)
-					}
-					o.Classification = int(d)
-					return err
-				}
-				return p.skipValue(0)
-			}, false)
-		}
-		return p.skipValue(0)
-	}, false)
+			d, err := p.intValue("classification")
+			if err == nil && (d < 1 || d > math.MaxInt32) {
+				err = Malformed("classification must be a positive count, got %d", d)
+			}
+			o.Classification = int(d)
+			return err
+		})
+	})
 }

@@ -289,20 +289,20 @@ func isJSONNumber(s string) bool {
 	if s[i] == '-' {
 		i++
 	}
-	digits := 0
-	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
-		digits++
+	// digits skips a run of digits at i and returns how many there were.
+	digits := func() int {
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - start
 	}
-	if digits == 0 || digits > 1 && s[i-digits] == '0' {
+	if n := digits(); n == 0 || n > 1 && s[i-n] == '0' {
 		return false
 	}
 	if i < len(s) && s[i] == '.' {
 		i++
-		d := 0
-		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
-			d++
-		}
-		if d == 0 {
+		if digits() == 0 {
 			return false
 		}
 	}
@@ -311,11 +311,7 @@ func isJSONNumber(s string) bool {
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
 			i++
 		}
-		d := 0
-		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
-			d++
-		}
-		if d == 0 {
+		if digits() == 0 {
 			return false
 		}
 	}
