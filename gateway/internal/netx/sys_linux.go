@@ -21,12 +21,8 @@ import (
 // "Kernel discards"). ok is false where the connection is not a socket: the caller then reads
 // normally.
 func (c *Conn) discardRead(b []byte) (n int, ok bool, err error) {
-	sc, isSock := c.Conn.(syscall.Conn)
-	if !isSock {
-		return 0, false, nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	raw := rawConn(c.Conn)
+	if raw == nil {
 		return 0, false, nil
 	}
 	var rerr error
@@ -56,6 +52,16 @@ func (c *Conn) discardRead(b []byte) (n int, ok bool, err error) {
 	return n, true, nil
 }
 
+// rawConn returns the socket under v (a connection or a listener), nil when there is none.
+func rawConn(v any) syscall.RawConn {
+	if sc, ok := v.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			return raw
+		}
+	}
+	return nil
+}
+
 // inBuffer reports whether b's bytes lie within buf's backing array.
 func inBuffer(b, buf []byte) bool {
 	if len(b) == 0 || cap(buf) == 0 {
@@ -68,12 +74,8 @@ func inBuffer(b, buf []byte) bool {
 // PendingInput reports whether bytes from the client wait unread in nc's socket (a request on
 // its way), so that a connection about to be closed as idle is spared.
 func PendingInput(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	raw := rawConn(nc)
+	if raw == nil {
 		return false
 	}
 	n := 0
@@ -89,12 +91,8 @@ func PendingInput(nc net.Conn) bool {
 // written, and it is reset (docs/internals.md, "The backlog on close"). This leaves
 // microseconds.
 func acceptQueued(ln net.Listener) []net.Conn {
-	sc, ok := ln.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConn(ln)
+	if rc == nil {
 		return nil
 	}
 	var out []net.Conn
