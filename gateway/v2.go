@@ -117,18 +117,14 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		return
 	}
 	defer m.done()
+	if (tail == "" || tail == "ready" || tail == "config") && !isGet {
+		s.methodNotAllowed(ctx, "GET")
+		return
+	}
 	switch tail {
 	case "":
-		if !isGet {
-			s.methodNotAllowed(ctx, "GET")
-			return
-		}
 		s.modelMetadata(ctx, m, tensorOnly)
 	case "ready":
-		if !isGet {
-			s.methodNotAllowed(ctx, "GET")
-			return
-		}
 		ready := s.ready.Load() && !m.closing.Load()
 		status := 200
 		if !ready {
@@ -136,10 +132,6 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		}
 		s.writeJSON(ctx, status, map[string]any{"name": m.name + map[bool]string{true: tensorSuffix}[tensorOnly], "ready": ready})
 	case "config":
-		if !isGet {
-			s.methodNotAllowed(ctx, "GET")
-			return
-		}
 		s.modelConfig(ctx, m, tensorOnly)
 	case "infer":
 		if !ctx.IsPost() {
