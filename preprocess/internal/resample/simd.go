@@ -1,6 +1,6 @@
 //go:build goexperiment.simd && amd64
 
-package preprocess
+package resample
 
 import (
 	"encoding/binary"
@@ -21,8 +21,11 @@ const simdResampler = true
 
 var hasAVX2 = archsimd.X86.AVX2()
 
+// Vector reports whether the AVX2 kernels run (this build and this CPU).
+func Vector() bool { return hasAVX2 }
+
 // rgbx are VPSHUFB indices that spread 4 pixels of bpp 3 or 4 bytes into
-// 32-bit lanes, two pixels per 8-byte half: lo takes pixels 0 and 1, hi
+// 32-bit lanes, two pixels per 8-byte Half: lo takes pixels 0 and 1, hi
 // pixels 2 and 3 (the fourth byte of each lane is zeroed).
 var rgbx = [5][2]archsimd.Int8x16{
 	3: {
@@ -39,8 +42,8 @@ var rgbx = [5][2]archsimd.Int8x16{
 // is one 16-byte load, two byte shuffles into RGB0 lanes, two 8-lane
 // multiplies by the group's weights, and a horizontal add. Output pixels
 // whose loads would pass the end of in are left to the portable kernel.
-func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
-	if !hasAVX2 || !vectorKernels || (bpp != 3 && bpp != 4) || len(c.kv) == 0 {
+func hpass3Vec(dst, in []uint8, bpp int, c *Coeffs, xoff int) bool {
+	if !hasAVX2 || (bpp != 3 && bpp != 4) || len(c.kv) == 0 {
 		return false
 	}
 	W := len(c.start)
@@ -54,7 +57,7 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 	g, b := dst[W:W+n], dst[2*W:2*W+n]
 	st := c.start[:n]
 	lo, hi := rgbx[bpp][0], rgbx[bpp][1]
-	halfv := archsimd.BroadcastInt32x4(half)
+	halfv := archsimd.BroadcastInt32x4(Half)
 	zero := archsimd.BroadcastInt32x4(0)
 	top := archsimd.BroadcastInt32x4(255)
 	base := xoff * bpp
@@ -74,7 +77,7 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 			a := p.PermuteOrZero(lo).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[:8])))
 			e := p.PermuteOrZero(hi).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[8:])))
 			a = a.Add(e)
-			q := a.GetLo().Add(a.GetHi()).Add(halfv).ShiftAllRight(precisionBits).Max(zero).Min(top)
+			q := a.GetLo().Add(a.GetHi()).Add(halfv).ShiftAllRight(PrecisionBits).Max(zero).Min(top)
 			r[x], g[x], b[x] = uint8(q.GetElem(0)), uint8(q.GetElem(1)), uint8(q.GetElem(2))
 		}
 	} else {
@@ -89,7 +92,7 @@ func hpass3Vec(dst, in []uint8, bpp int, c *coeffs, xoff int) bool {
 				a = a.Add(p.PermuteOrZero(lo).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[:8]))))
 				a = a.Add(p.PermuteOrZero(hi).ExtendLo8ToUint32().AsInt32x8().Mul(archsimd.LoadInt32x8((*[8]int32)(w[8:]))))
 			}
-			q := a.GetLo().Add(a.GetHi()).Add(halfv).ShiftAllRight(precisionBits).Max(zero).Min(top)
+			q := a.GetLo().Add(a.GetHi()).Add(halfv).ShiftAllRight(PrecisionBits).Max(zero).Min(top)
 			r[x], g[x], b[x] = uint8(q.GetElem(0)), uint8(q.GetElem(1)), uint8(q.GetElem(2))
 		}
 	}
@@ -110,7 +113,7 @@ var pairs = [5]archsimd.Int8x16{
 	4: archsimd.LoadInt8x16(&[16]int8{0, 4, 1, 5, 2, 6, -1, -1, 8, 12, 9, 13, 10, 14, -1, -1}),
 }
 
-// planeA and planeB are VPSHUFB indices (per 128-bit half) that take two packed pixels
+// planeA and planeB are VPSHUFB indices (per 128-bit Half) that take two packed pixels
 // (int16 R G B 0, R G B 0) to byte slots 0, 1 (A) or 2, 3 (B) of the R, G and B dwords;
 // planeOrder puts the two halves' dwords of each plane together.
 var (
@@ -134,13 +137,13 @@ func hpass3Blocks(r, g, b []uint8, in0 unsafe.Pointer, bpp, base int, kw [][32]i
 		return 0
 	}
 	pix := pairs[bpp]
-	halfv := archsimd.BroadcastInt32x8(half)
+	halfv := archsimd.BroadcastInt32x8(Half)
 	zero := archsimd.BroadcastInt16x16(0)
 	top := archsimd.BroadcastInt16x16(255)
 	idxA, idxB, order := planeA, planeB, planeOrder
 	for x := 0; x < n; x += 8 {
 		s8, w8 := (*[8]int32)(st[x:x+8]), (*[8][32]int16)(kw[x:x+8])
-		// sum is pixel x+i's R, G, B sums: taps 0-1 in the low half, 2-3 in the high one.
+		// sum is pixel x+i's R, G, B sums: taps 0-1 in the low Half, 2-3 in the high one.
 		sum := func(i int) archsimd.Int32x8 {
 			p := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(in0, int(s8[i])*bpp-base)))
 			q := p.PermuteOrZero(pix).ExtendToUint16().AsInt16x16()
@@ -152,13 +155,13 @@ func hpass3Blocks(r, g, b []uint8, in0 unsafe.Pointer, bpp, base int, kw [][32]i
 		// two is pixels x+i and x+i+4, rounded: R G B 0 of the one, then of the other.
 		two := func(i int) archsimd.Int32x8 {
 			a, e := sum(i), sum(i+4)
-			return a.Select128FromPair(0, 2, e).Add(a.Select128FromPair(1, 3, e)).Add(halfv).ShiftAllRight(precisionBits)
+			return a.Select128FromPair(0, 2, e).Add(a.Select128FromPair(1, 3, e)).Add(halfv).ShiftAllRight(PrecisionBits)
 		}
-		// int16 R G B 0 of pixels x, x+1 (low half) and x+4, x+5 (high half); then x+2, x+3
+		// int16 R G B 0 of pixels x, x+1 (low Half) and x+4, x+5 (high Half); then x+2, x+3
 		// and x+6, x+7. Saturating to int16 is exact here; the clamp is clip8's.
 		u := two(0).SaturateToInt16ConcatGrouped(two(1)).Max(zero).Min(top)
 		v := two(2).SaturateToInt16ConcatGrouped(two(3)).Max(zero).Min(top)
-		// R0-3 G0-3 B0-3 (low half), R4-7 G4-7 B4-7 (high half), then by plane.
+		// R0-3 G0-3 B0-3 (low Half), R4-7 G4-7 B4-7 (high Half), then by plane.
 		d := u.AsUint8x32().PermuteOrZeroGrouped(idxA).Or(v.AsUint8x32().PermuteOrZeroGrouped(idxB))
 		q := d.AsInt32x8().Permute(order).AsInt64x4()
 		lo := q.GetLo()
@@ -173,31 +176,23 @@ func hpass3Blocks(r, g, b []uint8, in0 unsafe.Pointer, bpp, base int, kw [][32]i
 	return n
 }
 
-// vectorKernels can turn the vector kernels off (tests compare both).
-var vectorKernels = true
-
-// vemit runs the vertical pass of one output row of plane c and writes it
-// normalized (or raw) into an NCHW float32 slot, or as bytes into an NCHW
-// uint8 slot, 8 columns at a time.
-func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, k []int32) bool {
-	if !hasAVX2 || !vectorKernels || p.opts.Layout != NCHW || ch != 3 {
+// VRowF32Vec is VRowF32 with AVX2, 8 columns at a time, into d: one output row of one plane
+// of an NCHW float32 slot, normalized as (v/255 - mean)/std unless raw, with the float32
+// operations in the order the lookup table lut was computed with. It reports false, having
+// written nothing, where the vector kernels do not run.
+func VRowF32Vec(d []float32, first []uint8, stride int, k []int32, raw bool, mean32, std32 float32, lut *[256]float32) bool {
+	if !hasAVX2 {
 		return false
 	}
-	if out.f32 == nil {
-		p.vemitU8(out.u8, y, c, first, stride, k)
-		return true
-	}
-	W := p.opts.Width
-	d := out.f32[c*W*p.opts.Height+y*W:][:W]
-	halfv := archsimd.BroadcastInt32x8(half)
+	W := len(d)
+	halfv := archsimd.BroadcastInt32x8(Half)
 	zero := archsimd.BroadcastInt32x8(0)
 	top := archsimd.BroadcastInt32x8(255)
-	raw := p.opts.Scale == ScaleRaw
 	f255 := archsimd.BroadcastFloat32x8(255)
-	mean := archsimd.BroadcastFloat32x8(p.opts.Mean[c])
-	std := archsimd.BroadcastFloat32x8(p.opts.Std[c])
-	// load reads 8 bytes of a plane row (16 from first[o:], which tmpSlack
-	// keeps in bounds) as eight int32 lanes.
+	mean := archsimd.BroadcastFloat32x8(mean32)
+	std := archsimd.BroadcastFloat32x8(std32)
+	// load reads 8 bytes of a plane row (16 from first[o:]: the caller leaves
+	// that room after its rows) as eight int32 lanes.
 	load := func(o int) archsimd.Int32x8 {
 		return archsimd.LoadUint8x16((*[16]uint8)(first[o:])).ExtendLo8ToUint32().AsInt32x8()
 	}
@@ -223,7 +218,7 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 			if len(k) > 3 {
 				a = a.Add(load(x + o3).Mul(w3))
 			}
-			f := a.ShiftAllRight(precisionBits).Max(zero).Min(top).ConvertToFloat32()
+			f := a.ShiftAllRight(PrecisionBits).Max(zero).Min(top).ConvertToFloat32()
 			if !raw {
 				f = f.Div(f255).Sub(mean).Div(std)
 			}
@@ -237,7 +232,7 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 				a = a.Add(load(o).Mul(archsimd.BroadcastInt32x8(w)))
 				o += stride
 			}
-			f := a.ShiftAllRight(precisionBits).Max(zero).Min(top).ConvertToFloat32()
+			f := a.ShiftAllRight(PrecisionBits).Max(zero).Min(top).ConvertToFloat32()
 			if !raw {
 				f = f.Div(f255).Sub(mean).Div(std)
 			}
@@ -248,13 +243,13 @@ func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, 
 	// MOVSS) and the caller.
 	archsimd.ClearAVXUpperBits()
 	if x < W {
-		vrowF32(d[x:], first[x:], stride, k, &p.lut[c]) // the last columns, with the portable kernel
+		VRowF32(d[x:], first[x:], stride, k, lut) // the last columns, with the portable kernel
 	}
 	return true
 }
 
 // narrow8 picks byte 0 of each 32-bit lane (VPSHUFB within each 128-bit
-// half), then the two halves' first dwords together (VPERMD): 8 lanes of
+// Half), then the two halves' first dwords together (VPERMD): 8 lanes of
 // 0..255 become 8 bytes in the low 64 bits.
 var (
 	narrow8Bytes = archsimd.LoadInt8x32(&[32]int8{0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
@@ -262,12 +257,14 @@ var (
 	narrow8Dwords = archsimd.LoadUint32x8(&[8]uint32{0, 4, 1, 1, 1, 1, 1, 1})
 )
 
-// vemitU8 is vemit into a uint8 slot: the same sums, rounding and clamping
-// as vrow, written as bytes.
-func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, k []int32) {
-	W := p.opts.Width
-	d := u8[c*W*p.opts.Height+y*W:][:W]
-	halfv := archsimd.BroadcastInt32x8(half)
+// VRowU8Vec is VRow with AVX2, 8 columns at a time, into d: the same sums, rounding and
+// clamping. It reports false, having written nothing, where the vector kernels do not run.
+func VRowU8Vec(d, first []uint8, stride int, k []int32) bool {
+	if !hasAVX2 {
+		return false
+	}
+	W := len(d)
+	halfv := archsimd.BroadcastInt32x8(Half)
 	zero := archsimd.BroadcastInt32x8(0)
 	top := archsimd.BroadcastInt32x8(255)
 	load := func(o int) archsimd.Int32x8 {
@@ -277,7 +274,7 @@ func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, 
 	// store writes the 8 bytes of a at d[x:]: one 16-byte store where the row has room (its
 	// upper 8 bytes are rewritten by the next columns), the low 8 bytes alone at the row's end.
 	store := func(x int, a archsimd.Int32x8) {
-		q := a.ShiftAllRight(precisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(bytesIdx).AsInt32x8().Permute(dwordIdx).GetLo()
+		q := a.ShiftAllRight(PrecisionBits).Max(zero).Min(top).AsInt8x32().PermuteOrZeroGrouped(bytesIdx).AsInt32x8().Permute(dwordIdx).GetLo()
 		if x+16 <= len(d) {
 			q.AsUint8x16().Store((*[16]uint8)(d[x:]))
 		} else {
@@ -318,22 +315,21 @@ func (p *Preprocessor) vemitU8(u8 []uint8, y, c int, first []uint8, stride int, 
 	}
 	archsimd.ClearAVXUpperBits()
 	if x < W {
-		vrow(d[x:], first[x:], stride, k) // the last columns, with the portable kernel
+		VRow(d[x:], first[x:], stride, k) // the last columns, with the portable kernel
 	}
+	return true
 }
 
-// expandVec is Expand's loop over plane c, 8 values at a time with the
-// float32 operations of vemit (convert, /255, -mean, /std): it returns how
-// many values it wrote (every 16-byte load stays in s; the caller writes the
-// rest).
-func (p *Preprocessor) expandVec(d []float32, s []uint8, c int) int {
-	if !hasAVX2 || !vectorKernels {
+// ExpandVec expands bytes s into d, 8 values at a time with the float32 operations of
+// VRowF32Vec (convert, /255, -mean, /std, unless raw): it returns how many values it wrote
+// (every 16-byte load stays in s; the caller writes the rest).
+func ExpandVec(d []float32, s []uint8, raw bool, mean32, std32 float32) int {
+	if !hasAVX2 {
 		return 0
 	}
-	raw := p.opts.Scale == ScaleRaw
 	f255 := archsimd.BroadcastFloat32x8(255)
-	mean := archsimd.BroadcastFloat32x8(p.opts.Mean[c])
-	std := archsimd.BroadcastFloat32x8(p.opts.Std[c])
+	mean := archsimd.BroadcastFloat32x8(mean32)
+	std := archsimd.BroadcastFloat32x8(std32)
 	i := 0
 	for ; i+16 <= len(s) && i+8 <= len(d); i += 8 {
 		f := archsimd.LoadUint8x16((*[16]uint8)(s[i:])).ExtendLo8ToUint32().AsInt32x8().ConvertToFloat32()

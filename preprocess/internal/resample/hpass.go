@@ -1,4 +1,4 @@
-package preprocess
+package resample
 
 // The horizontal pass: for one input row, every output pixel of the crop is
 // the sum of its kpad taps (Pillow's fixed-point weights, padded with zeros
@@ -8,10 +8,11 @@ package preprocess
 // unrolled for the tap counts DCT-scaled photos get (2 to 4: the decode
 // scale leaves the resize a factor under 2 or 3).
 
-// hpass3 resamples one row of RGB pixels (bpp 3, or 4 with a byte to skip)
-// that starts at column xoff into the planes of dst.
-func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
-	if hpass3Vec(dst, in, bpp, c, xoff) {
+// HPass3 resamples one row of RGB pixels (bpp 3, or 4 with a byte to skip)
+// that starts at column xoff into the planes of dst; with vec, with the AVX2
+// kernel where there is one.
+func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
+	if vec && hpass3Vec(dst, in, bpp, c, xoff) {
 		return
 	}
 	W := len(c.start)
@@ -24,7 +25,7 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 			i := (int(s) - xoff) * bpp
 			p := in[i : i+3]
 			w := kp[x]
-			r[x], g[x], b[x] = clip8(half+int32(p[0])*w), clip8(half+int32(p[1])*w), clip8(half+int32(p[2])*w)
+			r[x], g[x], b[x] = Clip8(Half+int32(p[0])*w), Clip8(Half+int32(p[1])*w), Clip8(Half+int32(p[2])*w)
 		}
 	case 2:
 		kp := c.kp[:2*W]
@@ -33,9 +34,9 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 			p0, p1 := in[i:i+3], in[i+bpp:i+bpp+3]
 			k := kp[2*x : 2*x+2]
 			w0, w1 := k[0], k[1]
-			r[x] = clip8(half + int32(p0[0])*w0 + int32(p1[0])*w1)
-			g[x] = clip8(half + int32(p0[1])*w0 + int32(p1[1])*w1)
-			b[x] = clip8(half + int32(p0[2])*w0 + int32(p1[2])*w1)
+			r[x] = Clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1)
+			g[x] = Clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1)
+			b[x] = Clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1)
 		}
 	case 3:
 		kp := c.kp[:3*W]
@@ -45,9 +46,9 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 				p := in[i : i+9 : i+9]
 				k := kp[3*x : 3*x+3 : 3*x+3]
 				w0, w1, w2 := k[0], k[1], k[2]
-				r[x] = clip8(half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2)
-				g[x] = clip8(half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2)
-				b[x] = clip8(half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2)
+				r[x] = Clip8(Half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2)
+				g[x] = Clip8(Half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2)
+				b[x] = Clip8(Half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2)
 			}
 			return
 		}
@@ -56,9 +57,9 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 			p0, p1, p2 := in[i:i+3], in[i+bpp:i+bpp+3], in[i+2*bpp:i+2*bpp+3]
 			k := kp[3*x : 3*x+3]
 			w0, w1, w2 := k[0], k[1], k[2]
-			r[x] = clip8(half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2)
-			g[x] = clip8(half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2)
-			b[x] = clip8(half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2)
+			r[x] = Clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2)
+			g[x] = Clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2)
+			b[x] = Clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2)
 		}
 	case 4:
 		kp := c.kp[:4*W]
@@ -68,9 +69,9 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 				p := in[i : i+12 : i+12]
 				k := kp[4*x : 4*x+4 : 4*x+4]
 				w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
-				r[x] = clip8(half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2 + int32(p[9])*w3)
-				g[x] = clip8(half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2 + int32(p[10])*w3)
-				b[x] = clip8(half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2 + int32(p[11])*w3)
+				r[x] = Clip8(Half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2 + int32(p[9])*w3)
+				g[x] = Clip8(Half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2 + int32(p[10])*w3)
+				b[x] = Clip8(Half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2 + int32(p[11])*w3)
 			}
 			return
 		}
@@ -79,9 +80,9 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 			p0, p1, p2, p3 := in[i:i+3], in[i+bpp:i+bpp+3], in[i+2*bpp:i+2*bpp+3], in[i+3*bpp:i+3*bpp+3]
 			k := kp[4*x : 4*x+4]
 			w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
-			r[x] = clip8(half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2 + int32(p3[0])*w3)
-			g[x] = clip8(half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2 + int32(p3[1])*w3)
-			b[x] = clip8(half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2 + int32(p3[2])*w3)
+			r[x] = Clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2 + int32(p3[0])*w3)
+			g[x] = Clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2 + int32(p3[1])*w3)
+			b[x] = Clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2 + int32(p3[2])*w3)
 		}
 	default:
 		hpass3Range(r, g, b, in, bpp, c, xoff, 0, W)
@@ -89,25 +90,25 @@ func hpass3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 }
 
 // hpass3Range computes output pixels [from, to) of hpass3, any tap count.
-func hpass3Range(r, g, b, in []uint8, bpp int, c *coeffs, xoff, from, to int) {
+func hpass3Range(r, g, b, in []uint8, bpp int, c *Coeffs, xoff, from, to int) {
 	n := c.kpad
 	for x := from; x < to; x++ {
 		i := (int(c.start[x]) - xoff) * bpp
 		p := in[i : i+(n-1)*bpp+3]
 		k := c.kp[n*x : n*x+n]
-		s0, s1, s2 := half, half, half
+		s0, s1, s2 := Half, Half, Half
 		for t, w := range k {
 			q := p[t*bpp : t*bpp+3]
 			s0 += int32(q[0]) * w
 			s1 += int32(q[1]) * w
 			s2 += int32(q[2]) * w
 		}
-		r[x], g[x], b[x] = clip8(s0), clip8(s1), clip8(s2)
+		r[x], g[x], b[x] = Clip8(s0), Clip8(s1), Clip8(s2)
 	}
 }
 
-// hpass1 resamples one row of gray pixels that starts at column xoff.
-func hpass1(dst, in []uint8, c *coeffs, xoff int) {
+// HPass1 resamples one row of gray pixels that starts at column xoff.
+func HPass1(dst, in []uint8, c *Coeffs, xoff int) {
 	W := len(c.start)
 	d := dst[:W]
 	st := c.start[:W]
@@ -118,7 +119,7 @@ func hpass1(dst, in []uint8, c *coeffs, xoff int) {
 			i := int(s) - xoff
 			p := in[i : i+2]
 			k := kp[2*x : 2*x+2]
-			d[x] = clip8(half + int32(p[0])*k[0] + int32(p[1])*k[1])
+			d[x] = Clip8(Half + int32(p[0])*k[0] + int32(p[1])*k[1])
 		}
 	case 3:
 		kp := c.kp[:3*W]
@@ -126,7 +127,7 @@ func hpass1(dst, in []uint8, c *coeffs, xoff int) {
 			i := int(s) - xoff
 			p := in[i : i+3]
 			k := kp[3*x : 3*x+3]
-			d[x] = clip8(half + int32(p[0])*k[0] + int32(p[1])*k[1] + int32(p[2])*k[2])
+			d[x] = Clip8(Half + int32(p[0])*k[0] + int32(p[1])*k[1] + int32(p[2])*k[2])
 		}
 	default:
 		n := c.kpad
@@ -134,11 +135,11 @@ func hpass1(dst, in []uint8, c *coeffs, xoff int) {
 			i := int(s) - xoff
 			p := in[i : i+n]
 			k := c.kp[n*x : n*x+n]
-			a := half
+			a := Half
 			for t, w := range k {
 				a += int32(p[t]) * w
 			}
-			d[x] = clip8(a)
+			d[x] = Clip8(a)
 		}
 	}
 }
