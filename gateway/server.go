@@ -265,10 +265,28 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.ready.Store(false)
-	// No connection is closed under a client during the drain: every response carries
-	// Connection: close, so a keep-alive connection ends after its next answer (or when its
-	// client closes it). Closing an idle one from here races with a client sending its next
-	// request on it, which then gets a reset instead of an answer.
+	s.drainDelay(ctx)
+	s.stopAccepting()
+	var errs []error
+	if err := s.answerInFlight(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.closeConnections()
+	s.stopReloads()
+	if err := s.stopModels(); err != nil {
+		errs = append(errs, err)
+	}
+	s.gone.Close()
+	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
+	return errors.Join(errs...)
+}
+
+// drainDelay keeps serving for Options.DrainDelay (or until ctx ends). No connection is closed
+// under a client during the drain: every response carries Connection: close, so a keep-alive
+// connection ends after its next answer (or when its client closes it). Closing an idle one
+// from here races with a client sending its next request on it, which then gets a reset
+// instead of an answer.
+func (s *Server) drainDelay(ctx context.Context) {
 	if d := s.opts.DrainDelay; d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -277,9 +295,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
-	// Stop accepting: the listener accepts what waits in its backlog first, and those
-	// connections are served. (Not fasthttp's Shutdown: it closes connections it sees idle
-	// even when a request has just arrived on them, and drops that request.)
+}
+
+// stopAccepting closes the listeners: each accepts what waits in its backlog first, and those
+// connections are served. (Not fasthttp's Shutdown: it closes connections it sees idle even
+// when a request has just arrived on them, and drops that request.)
+func (s *Server) stopAccepting() {
 	s.lnMu.Lock()
 	for _, l := range s.lns {
 		l.Close()
@@ -290,26 +311,35 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		go s.admin.Shutdown()
 	}
 	s.adminMu.Unlock()
-	var errs []error
-	if !s.waitIdle(ctx) {
-		// Out of time: answer everyone still waiting (503 draining), then wait for those answers.
-		s.aborted.Store(true)
-		s.abortFn(errDraining)
-		s.conns.InterruptReads()
-		s.dropQueued() // queued samples are answered batcher.ErrClosed
-		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
-		defer cancel()
-		if !s.waitIdle(grace) {
-			errs = append(errs, fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace))
-		}
+}
+
+// answerInFlight waits until every request in flight is answered. If ctx ends first, everyone
+// still waiting is answered (503 draining) and those answers are waited for, abortGrace at
+// most; it returns an error when some are still unanswered then.
+func (s *Server) answerInFlight(ctx context.Context) error {
+	if s.waitIdle(ctx) {
+		return nil
 	}
-	// The answers are written and carry Connection: close. Connections still open are idle
-	// keep-alive ones (or a client reads slowly): for connCloseGrace their clients may still
-	// send a request on them, answered (and the connection closed after it); then the idle
-	// ones are closed, after a check that no request is arriving, and the last requests
-	// answered. Connections closing by lingering (a refused body still arriving) are waited
-	// for too: the process's exit would reset them, and their answers with them. A
-	// connection that stays open does not hold up the exit.
+	s.aborted.Store(true)
+	s.abortFn(errDraining)
+	s.conns.InterruptReads()
+	s.dropQueued() // queued samples are answered batcher.ErrClosed
+	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
+	defer cancel()
+	if !s.waitIdle(grace) {
+		return fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace)
+	}
+	return nil
+}
+
+// closeConnections closes what is left once the answers are written (they carry Connection:
+// close). Connections still open are idle keep-alive ones (or a client reads slowly): for
+// connCloseGrace their clients may still send a request on them, answered (and the
+// connection closed after it); then the idle ones are closed, after a check that no request
+// is arriving, and the last requests answered. Connections closing by lingering (a refused
+// body still arriving) are waited for too: the process's exit would reset them, and their
+// answers with them. A connection that stays open does not hold up the exit.
+func (s *Server) closeConnections() {
 	for end := time.Now().Add(connCloseGrace); (s.conns.Open() > 0 || s.conns.Lingering() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -320,10 +350,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.waitIdle(grace)
 		cancel()
 	}
-	// A reload in progress (loading and warming a model) may finish first, within abortGrace
-	// (none after a drain already out of time); none starts after. One that takes longer is
-	// left running: the drain does not wait for it (a model it loads is not served, and the
-	// process exits under it).
+}
+
+// stopReloads lets a reload in progress (loading and warming a model) finish first, within
+// abortGrace (none after a drain already out of time); none starts after. One that takes
+// longer is left running: the drain does not wait for it (a model it loads is not served, and
+// the process exits under it).
+func (s *Server) stopReloads() {
 	s.closing.Store(true) // a reload that ends from now on installs nothing (apply)
 	wait := time.Now()
 	if !s.aborted.Load() {
@@ -333,29 +366,28 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if s.applyMu.TryLock() {
 			s.stopped = true
 			s.applyMu.Unlock()
-			break
+			return
 		}
 		if time.Now().After(wait) {
 			s.log.Warn("a model reload is still running: the drain does not wait for it")
-			break
+			return
 		}
 	}
-	// The models stop: their batchers end once the batches still running have (after an
-	// abort, a batch may outlive its requests' answers: it is given abortGrace, then left to
-	// the process's exit). Every accepted request has its answer by now, or errs says so.
-	closeCtx := context.Background()
+}
+
+// stopModels stops the models: their batchers end once the batches still running have (after
+// an abort, a batch may outlive its requests' answers: it is given abortGrace, then left to
+// the process's exit), and the models retired by reloads finish closing.
+func (s *Server) stopModels() error {
+	ctx := context.Background()
 	if s.aborted.Load() {
 		var cancel context.CancelFunc
-		closeCtx, cancel = context.WithTimeout(closeCtx, abortGrace)
+		ctx, cancel = context.WithTimeout(ctx, abortGrace)
 		defer cancel()
 	}
-	if err := s.closeModels(closeCtx); err != nil {
-		errs = append(errs, err)
-	}
+	err := s.closeModels(ctx)
 	s.retiring.Wait()
-	s.gone.Close()
-	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
-	return errors.Join(errs...)
+	return err
 }
 
 // A drain takes at most drain_delay + shutdown_timeout + ShutdownTail (a process manager's
