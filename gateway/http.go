@@ -8,15 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
@@ -264,4 +267,85 @@ func zlibOrFlate(b []byte) io.Reader {
 		}
 	}
 	return flate.NewReader(bytes.NewReader(b))
+}
+
+// connState is fasthttp's ConnState hook: the tracker follows each connection's state.
+func (s *Server) connState(nc net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateActive:
+		s.conns.Active(nc)
+	case fasthttp.StateIdle:
+		s.conns.Idled(nc)
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.conns.Closed(nc)
+	}
+}
+
+// lingerOnClose closes the request's connection after the answer, lingering: the client may
+// still be sending the body the server did not read.
+func lingerOnClose(fc *fasthttp.RequestCtx) {
+	fc.SetConnectionClose()
+	if c, ok := fc.Conn().(*netx.Conn); ok {
+		c.LingerOnClose()
+	}
+}
+
+// overflowConn reports whether the request's connection was admitted over
+// server.max_connections (it is served health checks and metrics only).
+func overflowConn(fc *fasthttp.RequestCtx) bool {
+	c, ok := fc.Conn().(*netx.Conn)
+	return ok && c.Overflow()
+}
+
+// handleParseError answers a request that could not be read or parsed. Its answers are ours
+// (JSON, the right status) and never repeat request bytes: fasthttp's own page for some of
+// these errors quotes the raw header block, credentials included. Nothing of err's text
+// reaches the response or the log.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body is larger than server.max_body_bytes (%d bytes)", s.opts.MaxBodyBytes))
+	case errors.As(err, &small):
+		if c, ok := ctx.Conn().(*netx.Conn); ok && !c.LineDone() {
+			writeError(ctx, fasthttp.StatusRequestURITooLong,
+				fmt.Sprintf("the request line (method, URI, version) is longer than the %d-byte header limit", readBufferSize))
+		} else {
+			writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge,
+				fmt.Sprintf("the request's header block is larger than %d bytes", readBufferSize))
+		}
+	case errors.As(err, &ne) && ne.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request (server.read_timeout)")
+	case errors.Is(err, netx.ErrTLSOnPlainPort):
+		writeError(ctx, fasthttp.StatusBadRequest, "this port speaks plain HTTP, not TLS: use http://, not https://")
+	case errors.Is(err, netx.ErrNotHTTP):
+		writeError(ctx, fasthttp.StatusBadRequest, "not an HTTP/1.x request: a request line starts with a method, such as POST")
+	case errors.Is(err, netx.ErrBareLF):
+		writeError(ctx, fasthttp.StatusBadRequest, "the request line ends with a bare LF: HTTP/1.1 lines end with CRLF")
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
+	}
+}
+
+// readBufferSize bounds a request's header block, request line included.
+const readBufferSize = 16 << 10
+
+// httpLogger receives fasthttp's own log lines. Their arguments can quote request bytes (the
+// header block of a malformed request, with its credentials), so only the constant message is
+// logged, through slog, at most once a second.
+type httpLogger struct {
+	log  *slog.Logger
+	last atomic.Int64 // unix nanoseconds of the last line logged
+}
+
+func (l *httpLogger) Printf(format string, _ ...any) {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
+		return
+	}
+	msg, _, _ := strings.Cut(format, "%")
+	l.log.Warn("http server: "+strings.TrimSpace(strings.TrimRight(msg, " :\"")), "detail", "arguments withheld: they may quote request bytes")
 }
