@@ -25,7 +25,7 @@ func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
 			i := (int(s) - xoff) * bpp
 			p := in[i : i+3]
 			w := kp[x]
-			r[x], g[x], b[x] = Clip8(Half+int32(p[0])*w), Clip8(Half+int32(p[1])*w), Clip8(Half+int32(p[2])*w)
+			r[x], g[x], b[x] = clip8(Half+int32(p[0])*w), clip8(Half+int32(p[1])*w), clip8(Half+int32(p[2])*w)
 		}
 	case 2:
 		kp := c.kp[:2*W]
@@ -34,9 +34,9 @@ func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
 			p0, p1 := in[i:i+3], in[i+bpp:i+bpp+3]
 			k := kp[2*x : 2*x+2]
 			w0, w1 := k[0], k[1]
-			r[x] = Clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1)
-			g[x] = Clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1)
-			b[x] = Clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1)
+			r[x] = clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1)
+			g[x] = clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1)
+			b[x] = clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1)
 		}
 	case 3:
 		kp := c.kp[:3*W]
@@ -46,9 +46,9 @@ func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
 				p := in[i : i+9 : i+9]
 				k := kp[3*x : 3*x+3 : 3*x+3]
 				w0, w1, w2 := k[0], k[1], k[2]
-				r[x] = Clip8(Half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2)
-				g[x] = Clip8(Half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2)
-				b[x] = Clip8(Half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2)
+				r[x] = clip8(Half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2)
+				g[x] = clip8(Half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2)
+				b[x] = clip8(Half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2)
 			}
 			return
 		}
@@ -57,9 +57,9 @@ func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
 			p0, p1, p2 := in[i:i+3], in[i+bpp:i+bpp+3], in[i+2*bpp:i+2*bpp+3]
 			k := kp[3*x : 3*x+3]
 			w0, w1, w2 := k[0], k[1], k[2]
-			r[x] = Clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2)
-			g[x] = Clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2)
-			b[x] = Clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2)
+			r[x] = clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2)
+			g[x] = clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2)
+			b[x] = clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2)
 		}
 	case 4:
 		kp := c.kp[:4*W]
@@ -69,9 +69,9 @@ func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
 				p := in[i : i+12 : i+12]
 				k := kp[4*x : 4*x+4 : 4*x+4]
 				w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
-				r[x] = Clip8(Half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2 + int32(p[9])*w3)
-				g[x] = Clip8(Half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2 + int32(p[10])*w3)
-				b[x] = Clip8(Half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2 + int32(p[11])*w3)
+				r[x] = clip8(Half + int32(p[0])*w0 + int32(p[3])*w1 + int32(p[6])*w2 + int32(p[9])*w3)
+				g[x] = clip8(Half + int32(p[1])*w0 + int32(p[4])*w1 + int32(p[7])*w2 + int32(p[10])*w3)
+				b[x] = clip8(Half + int32(p[2])*w0 + int32(p[5])*w1 + int32(p[8])*w2 + int32(p[11])*w3)
 			}
 			return
 		}
@@ -80,9 +80,9 @@ func HPass3(dst, in []uint8, bpp int, c *Coeffs, xoff int, vec bool) {
 			p0, p1, p2, p3 := in[i:i+3], in[i+bpp:i+bpp+3], in[i+2*bpp:i+2*bpp+3], in[i+3*bpp:i+3*bpp+3]
 			k := kp[4*x : 4*x+4]
 			w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
-			r[x] = Clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2 + int32(p3[0])*w3)
-			g[x] = Clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2 + int32(p3[1])*w3)
-			b[x] = Clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2 + int32(p3[2])*w3)
+			r[x] = clip8(Half + int32(p0[0])*w0 + int32(p1[0])*w1 + int32(p2[0])*w2 + int32(p3[0])*w3)
+			g[x] = clip8(Half + int32(p0[1])*w0 + int32(p1[1])*w1 + int32(p2[1])*w2 + int32(p3[1])*w3)
+			b[x] = clip8(Half + int32(p0[2])*w0 + int32(p1[2])*w1 + int32(p2[2])*w2 + int32(p3[2])*w3)
 		}
 	default:
 		hpass3Range(r, g, b, in, bpp, c, xoff, 0, W)
@@ -103,7 +103,7 @@ func hpass3Range(r, g, b, in []uint8, bpp int, c *Coeffs, xoff, from, to int) {
 			s1 += int32(q[1]) * w
 			s2 += int32(q[2]) * w
 		}
-		r[x], g[x], b[x] = Clip8(s0), Clip8(s1), Clip8(s2)
+		r[x], g[x], b[x] = clip8(s0), clip8(s1), clip8(s2)
 	}
 }
 
@@ -119,7 +119,7 @@ func HPass1(dst, in []uint8, c *Coeffs, xoff int) {
 			i := int(s) - xoff
 			p := in[i : i+2]
 			k := kp[2*x : 2*x+2]
-			d[x] = Clip8(Half + int32(p[0])*k[0] + int32(p[1])*k[1])
+			d[x] = clip8(Half + int32(p[0])*k[0] + int32(p[1])*k[1])
 		}
 	case 3:
 		kp := c.kp[:3*W]
@@ -127,7 +127,7 @@ func HPass1(dst, in []uint8, c *Coeffs, xoff int) {
 			i := int(s) - xoff
 			p := in[i : i+3]
 			k := kp[3*x : 3*x+3]
-			d[x] = Clip8(Half + int32(p[0])*k[0] + int32(p[1])*k[1] + int32(p[2])*k[2])
+			d[x] = clip8(Half + int32(p[0])*k[0] + int32(p[1])*k[1] + int32(p[2])*k[2])
 		}
 	default:
 		n := c.kpad
@@ -139,7 +139,7 @@ func HPass1(dst, in []uint8, c *Coeffs, xoff int) {
 			for t, w := range k {
 				a += int32(p[t]) * w
 			}
-			d[x] = Clip8(a)
+			d[x] = clip8(a)
 		}
 	}
 }

@@ -184,9 +184,9 @@ func (c *Coeffs) Columns() (first, last int) {
 	return first, last
 }
 
-// Clip8 is Pillow's rounding of a fixed-point sum (Half already added) to
+// clip8 is Pillow's rounding of a fixed-point sum (Half already added) to
 // uint8, clamped.
-func Clip8(v int32) uint8 {
+func clip8(v int32) uint8 {
 	return uint8(min(max(v>>PrecisionBits, 0), 255))
 }
 
@@ -198,29 +198,29 @@ func VRow(row, first []uint8, stride int, k []int32) {
 	case 1:
 		r0, w0 := first[:W], k[0]
 		for x := range row {
-			row[x] = Clip8(Half + int32(r0[x])*w0)
+			row[x] = clip8(Half + int32(r0[x])*w0)
 		}
 	case 2:
 		r0, r1 := first[:W], first[stride:stride+W]
 		w0, w1 := k[0], k[1]
 		for x := range row {
-			row[x] = Clip8(Half + int32(r0[x])*w0 + int32(r1[x])*w1)
+			row[x] = clip8(Half + int32(r0[x])*w0 + int32(r1[x])*w1)
 		}
 	case 3:
 		r0, r1, r2 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W]
 		w0, w1, w2 := k[0], k[1], k[2]
 		for x := range row {
-			row[x] = Clip8(Half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2)
+			row[x] = clip8(Half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2)
 		}
 	case 4:
 		r0, r1, r2, r3 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W], first[3*stride:3*stride+W]
 		w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
 		for x := range row {
-			row[x] = Clip8(Half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2 + int32(r3[x])*w3)
+			row[x] = clip8(Half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2 + int32(r3[x])*w3)
 		}
 	default:
 		for x := range row {
-			row[x] = Clip8(vsum(first, x, stride, k))
+			row[x] = clip8(vsum(first, x, stride, k))
 		}
 	}
 }
@@ -245,23 +245,23 @@ func VRowF32(d []float32, first []uint8, stride int, k []int32, lut *[256]float3
 		r0, r1 := first[:W], first[stride:stride+W]
 		w0, w1 := k[0], k[1]
 		for x := range d {
-			d[x] = lut[Clip8(Half+int32(r0[x])*w0+int32(r1[x])*w1)]
+			d[x] = lut[clip8(Half+int32(r0[x])*w0+int32(r1[x])*w1)]
 		}
 	case 3:
 		r0, r1, r2 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W]
 		w0, w1, w2 := k[0], k[1], k[2]
 		for x := range d {
-			d[x] = lut[Clip8(Half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2)]
+			d[x] = lut[clip8(Half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2)]
 		}
 	case 4:
 		r0, r1, r2, r3 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W], first[3*stride:3*stride+W]
 		w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
 		for x := range d {
-			d[x] = lut[Clip8(Half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2+int32(r3[x])*w3)]
+			d[x] = lut[clip8(Half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2+int32(r3[x])*w3)]
 		}
 	default:
 		for x := range d {
-			d[x] = lut[Clip8(vsum(first, x, stride, k))]
+			d[x] = lut[clip8(vsum(first, x, stride, k))]
 		}
 	}
 }
