@@ -3,12 +3,10 @@
 package gateway
 
 import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/imagegate/imagegate/internal/testutil"
 )
 
 // checkNoServerThreads fails unless every thread of the process is back at niceness 0 (the
@@ -16,26 +14,16 @@ import (
 func checkNoServerThreads(t *testing.T) {
 	t.Helper()
 	var nicer map[int]int
-	for i := range 200 {
-		nicer = map[int]int{}
-		stats, _ := filepath.Glob("/proc/self/task/*/stat")
-		for _, f := range stats {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				continue // the thread ended
-			}
-			s := string(b)
-			// Field 19, niceness, counted after the command name's closing parenthesis.
-			if n, err := strconv.Atoi(strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[16]); err == nil && n != 0 {
-				nicer[n]++
-			}
+	for range 200 {
+		nices, err := testutil.ThreadNices(0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if len(nicer) == 0 {
+		delete(nices, 0)
+		if nicer = nices; len(nicer) == 0 {
 			return
 		}
-		if i > 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Errorf("threads left at a niceness other than 0 (niceness: count): %v", nicer)
 }

@@ -3,36 +3,18 @@
 package main_test
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/imagegate/imagegate/internal/testutil"
 )
 
-// threadNices returns the niceness of each of the process's threads (field 19 of
-// /proc/PID/task/TID/stat, counted after the command name's closing parenthesis).
+// threadNices counts the threads of process pid by niceness.
 func threadNices(t *testing.T, pid int) map[int]int {
 	t.Helper()
-	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if err != nil || len(stats) == 0 {
-		t.Fatalf("no threads under /proc/%d/task: %v", pid, err)
-	}
-	nices := map[int]int{}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		n, err := strconv.Atoi(fields[16]) // field 19: state is field 3, the first here
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		nices[n]++
+	nices, err := testutil.ThreadNices(pid)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return nices
 }

@@ -4,15 +4,13 @@ package sched
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/imagegate/imagegate/internal/testutil"
 )
 
 func threadNice(t *testing.T) int {
@@ -33,26 +31,12 @@ func threadSlice(t *testing.T) time.Duration {
 	return time.Duration(a.Runtime)
 }
 
-// processNices counts the process's threads by niceness (field 19 of /proc/self/task/TID/stat,
-// counted after the command name's closing parenthesis).
+// processNices counts this process's threads by niceness.
 func processNices(t *testing.T) map[int]int {
 	t.Helper()
-	stats, err := filepath.Glob("/proc/self/task/*/stat")
-	if err != nil || len(stats) == 0 {
-		t.Fatalf("no threads under /proc/self/task: %v", err)
-	}
-	nices := map[int]int{}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		s := string(b)
-		n, err := strconv.Atoi(strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[16])
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		nices[n]++
+	nices, err := testutil.ThreadNices(0)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return nices
 }
