@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/valyala/fasthttp"
+	"net/http"
 
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
@@ -65,35 +65,36 @@ var failureReasons = []string{reasonBadInput, reasonNotFound, reasonOverloaded, 
 const statusClientClosed = 499
 
 // classify maps a pipeline error to its HTTP status and failure reason. It is the one place
-// that does.
+// that does. HTTP statuses are the pipeline's vocabulary for every transport (and the metrics'
+// code label): another protocol's transport maps them to its own codes.
 func (s *Server) classify(err error) (int, string) {
 	switch {
 	case errors.Is(err, wire.ErrMalformed), errors.Is(err, preprocess.ErrBadImage):
-		return fasthttp.StatusBadRequest, reasonBadInput
+		return http.StatusBadRequest, reasonBadInput
 	case errors.Is(err, errUnsupportedMedia), errors.Is(err, preprocess.ErrUnsupportedFormat):
-		return fasthttp.StatusUnsupportedMediaType, reasonBadInput
+		return http.StatusUnsupportedMediaType, reasonBadInput
 	case errors.Is(err, errBodyTooLarge), errors.Is(err, errTooLarge), errors.Is(err, preprocess.ErrTooLarge):
-		return fasthttp.StatusRequestEntityTooLarge, reasonBadInput
+		return http.StatusRequestEntityTooLarge, reasonBadInput
 	case errors.Is(err, errNotFound):
-		return fasthttp.StatusNotFound, reasonNotFound
+		return http.StatusNotFound, reasonNotFound
 	case errors.Is(err, errMethod):
-		return fasthttp.StatusMethodNotAllowed, reasonNotFound
+		return http.StatusMethodNotAllowed, reasonNotFound
 	case errors.Is(err, errQueueFull), errors.Is(err, batcher.ErrQueueFull):
 		return s.opts.QueueFullStatus, reasonQueueFull
 	case errors.Is(err, errShed), errors.Is(err, batcher.ErrWouldMissDeadline):
-		return fasthttp.StatusServiceUnavailable, reasonShed
+		return http.StatusServiceUnavailable, reasonShed
 	case errors.Is(err, errOverloaded):
-		return fasthttp.StatusServiceUnavailable, reasonOverloaded
+		return http.StatusServiceUnavailable, reasonOverloaded
 	case errors.Is(err, errDraining), errors.Is(err, batcher.ErrClosed):
-		return fasthttp.StatusServiceUnavailable, reasonDraining
+		return http.StatusServiceUnavailable, reasonDraining
 	case errors.Is(err, errReadTimeout):
-		return fasthttp.StatusRequestTimeout, reasonTimeout
+		return http.StatusRequestTimeout, reasonTimeout
 	case errors.Is(err, context.DeadlineExceeded):
-		return fasthttp.StatusGatewayTimeout, reasonTimeout
+		return http.StatusGatewayTimeout, reasonTimeout
 	case errors.Is(err, errClientGone), errors.Is(err, context.Canceled):
 		return statusClientClosed, reasonCanceled
 	}
-	return fasthttp.StatusInternalServerError, reasonInternal
+	return http.StatusInternalServerError, reasonInternal
 }
 
 // retryable reports whether a failure reason asks the client to come back (Retry-After).

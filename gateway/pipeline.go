@@ -30,7 +30,7 @@ import (
 //   - parse: the front end checks every sample's size against the declared shapes before it
 //     keeps anything, admits the samples on the model's queue and takes their input rows
 //     from the budget.
-//   - decode: the decode gate (see decodeGate): workers, a bounded queue, the image's decode
+//   - decode: the decode gate (admit.DecodeGate): workers, a bounded queue, the image's decode
 //     memory from the budget, deadline-aware admission and dispatch.
 //   - queue, batch: the model's batcher (its queue bound and deadline shedding).
 //   - answer: the front end writes the result; a failure is written by fail.
@@ -45,8 +45,8 @@ import (
 
 // frontEnd is one protocol's view of an inference request.
 type frontEnd interface {
-	// parse turns r.body into samples (r.newSamples) and fills them, decoding images with
-	// r.decodeImage.
+	// parse turns r.body into samples (r.expect, r.rows) and fills them, decoding images
+	// with r.decodeImage.
 	parse(r *request) error
 	// write writes the successful answer.
 	write(r *request) error
