@@ -129,16 +129,42 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 	if s.stopped {
 		return errStopped
 	}
-	inScope := func(name string) bool { return scope == "" || name == scope }
 	cur := s.models.Load()
-	next := map[string][]*model{}
+	ch := s.change(cur, specs, scope)
+	t := newModelTable(ch.next, cur.first, specs, scope)
+	if s.closing.Load() {
+		// Shutdown has stopped waiting for this reload and closes the models it knows: what
+		// this one built is closed here rather than installed, and nothing is retired.
+		for _, m := range ch.fresh {
+			m.close(context.Background(), s.met)
+		}
+		return errStopped
+	}
+	s.install(t, ch)
+	return errors.Join(ch.errs...)
+}
+
+// modelChange is what a reload decided: the versions to serve by name, those it built, those
+// it retires, and the versions that failed to load.
+type modelChange struct {
+	next           map[string][]*model
+	fresh, retired []*model
+	errs           []error
+}
+
+// change loads what specs name in scope and is not served with the same fingerprint, and
+// decides what the table serves next: a version served as it was stays, a changed one is
+// swapped for its new build, one the specs no longer name is retired, and a model of which a
+// version failed to load keeps serving what it served.
+func (s *Server) change(cur *modelTable, specs []ModelSpec, scope string) modelChange {
+	inScope := func(name string) bool { return scope == "" || name == scope }
+	ch := modelChange{next: map[string][]*model{}}
+	next := ch.next
 	for name, vs := range cur.byName {
 		if !inScope(name) {
 			next[name] = vs
 		}
 	}
-	var errs []error
-	var fresh, retired []*model
 	named := map[*model]bool{}
 	failed := map[string]bool{} // models of which a version failed to load: none of theirs retires
 	for _, sp := range specs {
@@ -165,7 +191,7 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 		m, err := s.build(sp)
 		if err != nil {
 			err = fmt.Errorf("model %s version %s: %w", sp.Name, sp.Version, err)
-			errs = append(errs, err)
+			ch.errs = append(ch.errs, err)
 			failed[sp.Name] = true
 			s.met.loadFailure(sp.Name)
 			s.log.Error("model load failed", "model", sp.Name, "version", sp.Version, "err", err)
@@ -179,9 +205,9 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 			continue
 		}
 		next[sp.Name] = append(next[sp.Name], m)
-		fresh = append(fresh, m)
+		ch.fresh = append(ch.fresh, m)
 		if old != nil {
-			retired = append(retired, old)
+			ch.retired = append(ch.retired, old)
 			named[old] = true
 		}
 	}
@@ -196,12 +222,18 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 				// A version of this model failed to load: what it served stays served.
 				next[name] = append(next[name], v)
 			default:
-				retired = append(retired, v)
+				ch.retired = append(ch.retired, v)
 				s.states.set(v.name, v.version, StateUnavailable, "unloaded")
 			}
 		}
 	}
-	t := &modelTable{byName: map[string][]*model{}, first: cur.first}
+	return ch
+}
+
+// newModelTable is the table of next's versions, oldest first, with /predict/'s default model:
+// first as it was, or as a reload of scope sets it.
+func newModelTable(next map[string][]*model, first string, specs []ModelSpec, scope string) *modelTable {
+	t := &modelTable{byName: map[string][]*model{}, first: first}
 	for name, vs := range next {
 		if len(vs) == 0 {
 			continue
@@ -228,25 +260,22 @@ func (s *Server) apply(specs []ModelSpec, scope string) error {
 		// loaded or unloaded on its own (the repository API) leaves the default as it is.
 		t.first = scope
 	}
-	if s.closing.Load() {
-		// Shutdown has stopped waiting for this reload and closes the models it knows: what
-		// this one built is closed here rather than installed, and nothing is retired.
-		for _, m := range fresh {
-			m.close(context.Background(), s.met)
-		}
-		return errStopped
-	}
+	return t
+}
+
+// install serves t: the versions built for it take traffic, those retired close once their
+// requests are answered.
+func (s *Server) install(t *modelTable, ch modelChange) {
 	s.models.Store(t)
-	for _, m := range fresh {
+	for _, m := range ch.fresh {
 		s.met.serving(m)
 		s.states.set(m.name, m.version, StateReady, "")
 		s.log.Info("model loaded", "model", m.name, "version", m.version, "instances", m.instances, "max_batch_size", m.maxBatch)
 	}
-	for _, m := range retired {
+	for _, m := range ch.retired {
 		s.retire(m)
 	}
 	s.ready.Store(!s.draining.Load() && len(t.byName) > 0)
-	return errors.Join(errs...)
 }
 
 // build loads a model version and warms it.
