@@ -7,7 +7,12 @@
 #
 #   make image                      # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
 #   docker run --rm -p 8080:8080 imagegate:VERSION
+#   docker run --rm -p 8080:8080 -v $PWD/models:/models imagegate:VERSION -model /models/x.onnx
+#   docker run --rm -p 8080:8080 -v $PWD/my.yaml:/etc/imagegate.yaml imagegate:VERSION -config /etc/imagegate.yaml
 #   docker run --rm -p 8080:8080 -v $PWD/mymodel:/mnt/models imagegate:VERSION --model_dir=/mnt/models --model_name=mymodel --http_port=8080
+#
+# IMAGEGATE_LISTEN makes the gateway listen on every interface whatever -config or -model it is
+# given (precedence: -listen > $IMAGEGATE_LISTEN > server.listen > the default, loopback).
 #
 # Each platform's build stage runs natively (under emulation for the other one with buildx):
 # the library closure is taken with that platform's ldd, and ONNX Runtime's pinned build for
@@ -52,5 +57,6 @@ LABEL org.opencontainers.image.title="imagegate" \
       org.opencontainers.image.version="$VERSION" \
       org.opencontainers.image.licenses="see /usr/share/doc/*/copyright"
 HEALTHCHECK --interval=10s --timeout=2s CMD ["/app/bin/gateway", "-healthcheck", "http://127.0.0.1:8080/v2/health/ready"]
+ENV IMAGEGATE_LISTEN=0.0.0.0:8080
 ENTRYPOINT ["/app/bin/gateway"]
-CMD ["-config", "/app/configs/gateway.yaml", "-listen", "0.0.0.0:8080"]
+CMD ["-config", "/app/configs/gateway.yaml"]

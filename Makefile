@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check
 
 setup:
 	scripts/setup.sh
@@ -24,8 +24,24 @@ build:
 	$(GO) build -trimpath -ldflags "-X github.com/imagegate/imagegate/gateway.Version=$(VERSION)" -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -o bin/loadtest ./cmd/loadtest
 
+# make run: the committed default model (configs/gateway.yaml, or CONFIG=...).
+# make run MODEL=NAME: models/NAME/model.onnx with no YAML; a model scripts/get-model.sh knows
+# is fetched first when it is not there (make model NAME=... fetches one without serving it).
+ifdef MODEL
+RUN_ARGS = -model models/$(MODEL)/model.onnx -name $(MODEL)
+else
+RUN_ARGS = -config $(CONFIG)
+endif
 run: setup build
-	bin/gateway -config $(CONFIG)
+ifdef MODEL
+	@test -f models/$(MODEL)/model.onnx || scripts/get-model.sh $(MODEL)
+endif
+	bin/gateway $(RUN_ARGS)
+
+NAME ?= $(MODEL)
+model:
+	@test -n "$(NAME)" || { echo "make model NAME=...: one of"; scripts/get-model.sh --list; exit 2; }
+	scripts/get-model.sh $(NAME)
 
 check: build
 	bin/gateway -config $(CONFIG) -check
@@ -99,9 +115,10 @@ image:
 
 # The deployment files' checks (deploy/, a Go module of its own): every manifest and kustomize
 # rendering decoded strictly into the official types and validated with kubeconform against
-# deploy/schemas/, testdata/broken/ failing, and the gateway serving from the container's file set.
+# deploy/schemas/, testdata/broken/ failing, the gateway serving from the container's file set,
+# and the monitoring rules and dashboard (promtool, and against bin/gateway and a real Prometheus).
 deploy-test: build rootfs
-	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs $(GO) test -count=1 -timeout 10m ./...
+	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 10m ./...
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and
@@ -111,6 +128,17 @@ fleet: build
 
 fleet-short: build
 	scripts/fleet.sh -short
+
+# Regenerates the gRPC protocol's Go code (api/inference/*.pb.go) from its .proto files with
+# the pinned generators (scripts/proto.sh: Debian's protoc, installed when missing;
+# protoc-gen-go and protoc-gen-go-grpc into .deps/bin). proto-check regenerates into a
+# temporary directory and fails if the committed code differs; without protoc, api/inference's
+# tests check the committed code against the checksums make proto wrote.
+proto:
+	scripts/proto.sh
+
+proto-check:
+	scripts/proto.sh -check
 
 # Regenerates deploy/schemas/ from the pinned Kubernetes, Prometheus Operator and KServe sources.
 deploy-schemas:

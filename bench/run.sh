@@ -10,14 +10,18 @@
 #   6. the Node.js service and the shipped configuration again, interleaved round by round
 # each warmed up, then RUNS runs of `ab -n N -c 50` and of `loadtest -n N -c 50`; medians. In
 # each run of the shipped configuration, the same image also goes through the Open Inference
-# Protocol with binary tensor data (`loadtest -protocol v2 -binary`), beside the article's API.
+# Protocol with binary tensor data (`loadtest -protocol v2 -binary`), beside the article's API,
+# and with GRPC=1 over gRPC too (`loadtest -protocol grpc`: ModelInfer with the image as a raw
+# BYTES element), each with the server's CPU time per request over its runs.
 # Then the batching matrix: the gateway with batching off, a fixed window and the adaptive
 # window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
 # size from /metrics).
 #
 # Environment: N (requests per run, 2000), RUNS (3), WARM (requests, 400), STEP (matrix step
 # duration, 8s), RATES (open-loop rates, "100,250"), OUT (docs/benchmarks.md), PEERS=0 to skip
-# the peers (torch, node), ONLY=interleaved for the interleaved Node.js rounds alone (printed).
+# the peers (torch, node), ONLY=interleaved for the interleaved Node.js rounds alone (printed),
+# GRPC=1 for the gRPC row. GRPC stays 0 by default until the gateway serves gRPC (issue 29: the
+# -grpc-listen flag and the GRPCInferenceService); then make it the default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,6 +36,10 @@ PEERS=${PEERS:-1}
 PAYLOAD=$ROOT/../shared/seed/rime_5868.json
 WORK=$ROOT/bench/out/run
 PORT=18190
+GRPC=${GRPC:-0}
+GRPC_PORT=18191
+GRPC_FLAGS=() # the shipped config's gateway listens for gRPC too when GRPC=1
+[ "$GRPC" = 1 ] && GRPC_FLAGS=(-grpc-listen "127.0.0.1:$GRPC_PORT")
 export ONNXRUNTIME_LIB=${ONNXRUNTIME_LIB:-$ROOT/.deps/onnxruntime/libonnxruntime.so}
 
 [ -f "$PAYLOAD" ] || { echo "bench: $PAYLOAD is missing (../shared must be beside the checkout)" >&2; exit 1; }
@@ -81,12 +89,34 @@ stop() {
 
 URL() { echo "http://127.0.0.1:$PORT/predict/"; }
 
+# server_cpu_ticks: the CPU time (utime + stime, clock ticks) of the server's processes (its
+# session) so far
+server_cpu_ticks() {
+  local total=0 p
+  for p in $(ps -o pid= -s "$SPID" 2>/dev/null); do
+    total=$((total + $(awk '{print $14 + $15}' /proc/$p/stat 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+
+# cpu_run NAME CMD...: runs a loadtest command and appends the server's CPU milliseconds per
+# request over it to $WORK/NAME.cpu
+cpu_run() {
+  local name=$1; shift
+  local t0 t1
+  t0=$(server_cpu_ticks)
+  "$@" || true
+  t1=$(server_cpu_ticks)
+  awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN {printf "%.3f\n", d * 1000 / hz / n}' >>"$WORK/$name.cpu"
+}
+
 # measure NAME: warm-up, then RUNS x (ab, loadtest); writes $WORK/NAME.row
 measure() {
   local name=$1 r
   log "$name: warm-up ($WARM requests)"
   ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
   : >"$WORK/$name.ab"; : >"$WORK/$name.lt"
+  if [ "$name" = gateway_best ]; then : >"$WORK/gateway_v2.lt"; : >"$WORK/gateway_v2.cpu"; : >"$WORK/gateway_grpc.lt"; : >"$WORK/gateway_grpc.cpu"; fi
   for r in $(seq 1 "$RUNS"); do
     log "$name: run $r/$RUNS"
     ab -n "$N" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >"$WORK/$name.ab.$r" 2>&1 || true
@@ -102,17 +132,24 @@ measure() {
     bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" >"$WORK/$name.lt.$r" 2>&1 || true
     if [ "$name" = gateway_best ]; then
       # the same image as a v2 inference request with binary tensor data, on the same server
-      bin/loadtest -q -protocol v2 -binary -model "$MODEL" -n "$N" -c 50 -body "$PAYLOAD" "http://127.0.0.1:$PORT" >"$WORK/gateway_v2.lt.$r" 2>&1 || true
+      cpu_run gateway_v2 bin/loadtest -q -protocol v2 -binary -model "$MODEL" -n "$N" -c 50 -body "$PAYLOAD" "http://127.0.0.1:$PORT" >"$WORK/gateway_v2.lt.$r" 2>&1
       lt_row "$WORK/gateway_v2.lt.$r" >>"$WORK/gateway_v2.lt"
+      if [ "$GRPC" = 1 ]; then
+        # and as a gRPC ModelInfer request (the image as a raw BYTES element), on the same server
+        cpu_run gateway_grpc bin/loadtest -q -protocol grpc -model "$MODEL" -n "$N" -c 50 -body "$PAYLOAD" "127.0.0.1:$GRPC_PORT" >"$WORK/gateway_grpc.lt.$r" 2>&1
+        lt_row "$WORK/gateway_grpc.lt.$r" >>"$WORK/gateway_grpc.lt"
+      fi
     fi
     lt_row "$WORK/$name.lt.$r" >>"$WORK/$name.lt"
   done
   local rss; rss=$(peak_rss "$SPID")
   col() { awk -v c="$2" '{print $c}' "$WORK/$name.$1" | median; }
   echo "$(col ab 1) $(col ab 2) $(col ab 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.ab") $(col lt 1) $(col lt 2) $(col lt 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.lt") $rss $(cat "$WORK/$name.startup")" >"$WORK/$name.row"
-  if [ "$name" = gateway_best ]; then # the v2 row: loadtest only, same server and runs
-    name=gateway_v2
-    echo "- - - - $(col lt 1) $(col lt 2) $(col lt 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.lt") - -" >"$WORK/$name.row"
+  if [ "$name" = gateway_best ]; then # the v2 and gRPC rows: loadtest only, same server and runs
+    for name in gateway_v2 gateway_grpc; do
+      [ -s "$WORK/$name.lt" ] || continue
+      echo "- - - - $(col lt 1) $(col lt 2) $(col lt 3) $(awk '{s+=$4} END {print s+0}' "$WORK/$name.lt") - -" >"$WORK/$name.row"
+    done
   fi
 }
 
@@ -122,10 +159,10 @@ lt_row() {
        END {print rps, p50, p99, e}' "$1"
 }
 
-gateway_config() { # NAME BATCHING RUNTIME: a copy of the shipped config with batching/runtime replaced
-  sed -e "s#\.\./models#$ROOT/models#" \
-      -e "s#^    batching: .*#    batching: $2#" \
-      -e "s#^    runtime: .*#    runtime: $3#" configs/gateway.yaml >"$WORK/$1.yaml"
+gateway_config() { # NAME BATCHING RUNTIME: the shipped config with its (last) model's batching and runtime set; empty: as shipped
+  { sed -e "s#\.\./models#$ROOT/models#" -e '/^    batching: /d' -e '/^    runtime: /d' configs/gateway.yaml
+    if [ -n "$2" ]; then echo "    batching: $2"; fi
+    if [ -n "$3" ]; then echo "    runtime: $3"; fi; } >"$WORK/$1.yaml"
 }
 
 SHIPPED_BATCHING=$(sed -n 's/^    batching: //p' configs/gateway.yaml)
@@ -213,9 +250,10 @@ start gateway_off bin/gateway -config "$WORK/gateway_off.yaml" -listen 127.0.0.1
 measure gateway_off; stop
 go test -c -o /dev/null ./bench/ceiling/ # compiled before it is timed
 : >"$WORK/ceiling"
-start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
+start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT "${GRPC_FLAGS[@]}"
 measure gateway_best; stop
 servers+=(gateway_off gateway_best gateway_v2)
+[ "$GRPC" = 1 ] && servers+=(gateway_grpc)
 
 # The load generator against ab and hey, on the same target, one after another; and its own
 # CPU use at an open-loop 1,000 req/s (GET /, which the gateway answers at that rate).
@@ -262,6 +300,7 @@ label() {
     gateway_off) echo "imagegate, batching off (max_batch_size: 1)" ;;
     gateway_best) echo "imagegate, shipped config (configs/gateway.yaml)" ;;
     gateway_v2) echo "imagegate, shipped config, Open Inference Protocol with binary tensor data (\`loadtest -protocol v2 -binary\`, same server and runs)" ;;
+    gateway_grpc) echo "imagegate, shipped config, Open Inference Protocol over gRPC (\`loadtest -protocol grpc\`, same server and runs)" ;;
   esac
 }
 {
@@ -277,6 +316,10 @@ label() {
   echo "\`bin/loadtest -n $N -c 50 -body rime_5868.json URL\`; for the Open Inference Protocol row,"
   echo "\`bin/loadtest -protocol v2 -binary -model $MODEL -n $N -c 50 -body rime_5868.json http://127.0.0.1:PORT\`"
   echo "(the same image as a v2 request of one BYTES element, binary in and out)."
+  if [ "$GRPC" = 1 ]; then
+    echo "For the gRPC row, \`bin/loadtest -protocol grpc -model $MODEL -n $N -c 50 -body rime_5868.json 127.0.0.1:GRPC_PORT\`"
+    echo "(the same image as the raw BYTES element of a ModelInfer request, 50 calls in flight on one connection)."
+  fi
   echo
   echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | start-up ms |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -300,6 +343,10 @@ label() {
   fi
   echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
   echo "- Open Inference Protocol (binary) / the article's API, loadtest req/s in the same runs: $(ratio "$(awk '{print $5}' "$WORK/gateway_v2.row")" "$(awk '{print $5}' "$WORK/gateway_best.row")")"
+  if [ "$GRPC" = 1 ]; then
+    echo "- Open Inference Protocol over gRPC / over HTTP (binary), loadtest req/s in the same runs: $(ratio "$(awk '{print $5}' "$WORK/gateway_grpc.row")" "$(awk '{print $5}' "$WORK/gateway_v2.row")");"
+    echo "  the server's CPU per request (ms, median of the runs): gRPC $(median <"$WORK/gateway_grpc.cpu"), HTTP binary $(median <"$WORK/gateway_v2.cpu")"
+  fi
   echo
   echo "How to read it: on CPU, decoding and resizing are most of a request's cost, so the gateway is"
   echo "measured against the in-process ceiling of its own work; the peers spend more CPU per image"
@@ -346,10 +393,10 @@ label() {
   echo
   echo "## Batching: off, shipped, fixed window, adaptive window"
   echo
-  echo "The gateway with \`$SHIPPED_RUNTIME\` and four batching settings:"
+  echo "The gateway with the shipped config's runtime settings${SHIPPED_RUNTIME:+ (\`$SHIPPED_RUNTIME\`)} and four batching settings:"
   echo
   echo "- off: \`{max_batch_size: 1}\`"
-  echo "- shipped: the shipped config's \`$SHIPPED_BATCHING\` (adaptive, at most 2)"
+  echo "- shipped: the shipped config's ${SHIPPED_BATCHING:+\`$SHIPPED_BATCHING\` }(the defaults: adaptive, at most 2)"
   echo "- fixed32: \`{max_batch_size: 32, max_queue_delay: 2ms}\`"
   echo "- adaptive: \`{max_batch_size: 32, adaptive: {latency_target: 50ms}}\`"
   echo

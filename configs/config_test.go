@@ -9,6 +9,8 @@ import (
 	"time"
 )
 
+// TestShippedConfigLoads: the shipped configuration names the committed model and leaves
+// everything else to the defaults and the model.
 func TestShippedConfigLoads(t *testing.T) {
 	cfg, err := Load("gateway.yaml")
 	if err != nil {
@@ -16,34 +18,52 @@ func TestShippedConfigLoads(t *testing.T) {
 	}
 	m := cfg.Models[0]
 	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 2 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
-		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 1 || m.Input.Width != 224 || m.Preprocess.Resize != 256 {
+		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 1 || m.Runtime.IntraOpThreads != 1 {
 		t.Fatalf("unexpected values: %+v", m)
 	}
 	if !filepath.IsAbs(m.Path) || !strings.HasSuffix(m.Path, filepath.Join("models", "mobilenet_v3_small", "model.onnx")) {
 		t.Fatalf("path not resolved against the config's folder: %s", m.Path)
 	}
-	if _, err := os.Stat(m.Path); err != nil {
-		t.Fatalf("default model missing: %v", err)
+	vs, err := m.Versions()
+	if err != nil || len(vs) != 1 || !vs[0].LabelsFound {
+		t.Fatalf("versions: %+v %v", vs, err)
 	}
-	labels, err := LoadLabels(m.Labels)
+	labels, err := LoadLabels(vs[0].Labels)
 	if err != nil || len(labels) != 11 || labels[0] != "dew" || labels[10] != "snow" {
 		t.Fatalf("labels = %v, %v", labels, err)
 	}
 	if cfg.Server.Listen != "127.0.0.1:8080" || cfg.Server.QueueFullStatus != 503 || cfg.Server.MaxBodyBytes != 16<<20 {
 		t.Fatalf("server = %+v", cfg.Server)
 	}
+	// A fixed window named alone is that window, without the adaptive default.
+	cfg, err = Parse([]byte("models: [{name: m, path: p, batching: {max_batch_size: 8, max_queue_delay: 2ms}}]\n"), "/x")
+	if err != nil || cfg.Models[0].Batching.Adaptive.LatencyTarget != 0 {
+		t.Fatalf("a fixed window: %+v %v", cfg.Models[0].Batching, err)
+	}
 }
 
+// TestDefaults: Parse fills the defaults that do not depend on the model and leaves the keys
+// a model tells empty; the batching default is the adaptive window.
 func TestDefaults(t *testing.T) {
 	cfg, err := Parse([]byte("models:\n  - name: m\n    path: m.onnx\n"), "/x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := cfg.Models[0]
-	if m.Path != "/x/m.onnx" || m.Input.Name != "input" || m.Output.Name != "output" || m.Input.Layout != "NCHW" ||
-		m.Preprocess.Mode != "shorter_side" || m.Preprocess.Scale != "normalized" || m.Preprocess.Crop != 224 ||
-		m.Batching.MaxBatchSize != 32 || m.Batching.DefaultTimeout.D() != 30*time.Second || m.Runtime.GraphOptimization != "all" {
+	if m.Path != "/x/m.onnx" || m.Batching.MaxBatchSize != 2 || m.Batching.MaxQueueSize != 256 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
+		m.Batching.MaxQueueDelay != 0 || m.Batching.DefaultTimeout.D() != 30*time.Second || m.Runtime.GraphOptimization != "all" || m.Runtime.Instances != 1 {
 		t.Fatalf("defaults: %+v", m)
+	}
+	if m.Input != (Input{}) || m.Output != (Output{}) || m.Preprocess.Mode != "" || m.Preprocess.Crop != 0 || m.Preprocess.Mean != nil || m.Preprocess.MaxPixels != 0 {
+		t.Fatalf("keys the model tells were filled before the model was read: %+v %+v %+v", m.Input, m.Output, m.Preprocess)
+	}
+	if cfg.Log != (Log{Level: "info", Format: "text"}) {
+		t.Fatalf("log: %+v", cfg.Log)
+	}
+	// An explicit 0 turns the adaptive window off.
+	cfg, err = Parse([]byte("models: [{name: m, path: p, batching: {adaptive: {latency_target: 0s}, max_queue_delay: 2ms}}]\n"), "/x")
+	if err != nil || cfg.Models[0].Batching.Adaptive.LatencyTarget != 0 || cfg.Models[0].Batching.MaxQueueDelay.D() != 2*time.Millisecond {
+		t.Fatalf("adaptive off: %+v %v", cfg.Models[0].Batching, err)
 	}
 }
 
@@ -58,7 +78,13 @@ func TestStrictAndValidation(t *testing.T) {
 		{"models: [{name: m, path: p, batching: {preferred_batch_sizes: [4, 64]}}]\n", "preferred_batch_sizes[1]"},
 		{"models: [{name: m, path: p, preprocess: {mean: [1, 2]}}]\n", "preprocess.mean: must have 3 values"},
 		{"models: [{name: m, path: p, preprocess: {std: [1, 0, 1]}}]\n", "preprocess.std[1]"},
-		{"models: [{name: m, path: p, preprocess: {crop: 200}}]\n", "preprocess.crop: must equal input.width"},
+		{"models: [{name: m, path: p, input: {width: 224}, preprocess: {crop: 200}}]\n", "preprocess.crop: must equal input.width"},
+		{"models: [{name: m, path: p, preprocess: {resize: 200, crop: 224}}]\n", "preprocess.resize: must be at least preprocess.crop"},
+		{"models: [{name: m, path: p, input: {layout: NCWH}}]\n", "input.layout: must be NCHW or NHWC"},
+		{"models: [{name: m, path: p, input: {type: int8}}]\n", "input.type: must be float32 or uint8"},
+		{"models: [{name: m, path: p, preprocess: {max_pixels: -1}}]\n", "preprocess.max_pixels: must not be negative"},
+		{"log: {level: verbose}\nmodels: [{name: m, path: p}]\n", "log.level: must be debug, info, warn or error"},
+		{"log: {format: xml}\nmodels: [{name: m, path: p}]\n", "log.format: must be text or json"},
 		{"models: [{name: m, path: p, preprocess: {mode: squash}}]\n", "preprocess.mode"},
 		{"models: [{name: m, path: p, runtime: {execution_provider: tpu}}]\n", "runtime.execution_provider"},
 		{"models: [{name: m, path: p, runtime: {sessions: one}}]\n", "runtime.sessions"},
@@ -76,7 +102,7 @@ func TestStrictAndValidation(t *testing.T) {
 		{"models: [{name: m, path: p, batching: {max_queue_size: 0}}]\n", "batching.max_queue_size: must be positive"},
 		{"models: [{name: m, path: p, runtime: {instances: 0}}]\n", "runtime.instances: must be positive"},
 		{"models: [{name: m, path: p, batching: {max_queue_size: 70000}}]\n", "max_queue_size: must be in [1, 65536]"},
-		{"server: {max_inflight_bytes: 64MiB}\nmodels: [{name: m, path: p, batching: {max_queue_size: 1024}}]\n", "exceed four times server.max_inflight_bytes"},
+		{"server: {max_inflight_bytes: 64MiB}\nmodels: [{name: m, path: p, input: {width: 224, height: 224}, batching: {max_queue_size: 1024}}]\n", "exceed four times server.max_inflight_bytes"},
 		{"server: {max_inflight_bytes: 8MiB}\nmodels: [{name: m, path: p}]\n", "must not exceed server.max_inflight_bytes"},
 		{"server: {max_connections: 2000000}\nmodels: [{name: m, path: p}]\n", "server.max_connections"},
 		{"server: {drain_delay: -1s}\nmodels: [{name: m, path: p}]\n", "server.drain_delay"},
@@ -98,15 +124,24 @@ func TestStrictAndValidation(t *testing.T) {
 	}
 }
 
-// TestMeaningfulZeros: the keys whose zero means something accept it.
+// TestMeaningfulZeros: the keys whose zero means something (none, from the machine, from the
+// model) accept it, so that the documented defaults can be copied; the others refuse it.
 func TestMeaningfulZeros(t *testing.T) {
-	cfg, err := Parse([]byte("server: {decode_workers: 0, drain_delay: 0s}\nmodels: [{name: m, path: p, batching: {max_queue_delay: 0, priorities: 0, adaptive: {latency_target: 0s}}}]\n"), "/x")
+	cfg, err := Parse([]byte(`server: {decode_workers: 0, decode_queue: 0, max_inflight_bytes: "", drain_delay: 0s}
+repository: {poll: 0s}
+models: [{name: m, path: p, labels: "", input: {name: "", width: 0, height: 0, layout: "", type: ""}, output: {name: ""},
+  preprocess: {mode: "", resize: 0, crop: 0, mean: [], std: [], scale: "", max_pixels: 0},
+  batching: {max_queue_delay: 0, priorities: 0, preferred_batch_sizes: [], adaptive: {latency_target: 0s}}}]
+`), "/x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := cfg.Server
 	if s.DecodeWorkers < 1 || s.DecodeQueue != max(256, 128*s.DecodeWorkers) || s.DrainDelay != 0 || s.MaxInflightBytes < 64<<20 || s.MaxInflightBytes > 1<<30 {
 		t.Fatalf("server defaults: %+v", s)
+	}
+	if m := cfg.Models[0]; m.Preprocess.Mean != nil || m.Batching.PreferredBatchSizes != nil || m.Batching.Adaptive.LatencyTarget != 0 {
+		t.Fatalf("empty lists are unset, latency_target 0 is off: %+v", m)
 	}
 	for _, v := range []string{"0", "0s", "0.0", "0MiB", " 0ms"} {
 		if !isZeroScalar(v) {
@@ -212,6 +247,27 @@ func TestMemoryLimitReadsCgroups(t *testing.T) {
 		}
 		if got := memoryLimit(root); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAutoDefaults: the defaults decided by the machine follow the rules their doc comments
+// (and so docs/configuration.md) state.
+func TestAutoDefaults(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		mc             machine
+		workers, queue int
+		inflight       ByteSize
+	}{
+		{machine{cpus: 1, memory: 1024 * mib}, 1, 256, 256 * mib},
+		{machine{cpus: 4, memory: 100 * mib}, 4, 512, 64 * mib},
+		{machine{cpus: 64, memory: 64 * 1024 * mib}, 64, 8192, 1024 * mib},
+	} {
+		cfg := Defaults()
+		cfg.resolveAuto(c.mc)
+		if s := cfg.Server; s.DecodeWorkers != c.workers || s.DecodeQueue != c.queue || s.MaxInflightBytes != c.inflight {
+			t.Errorf("%+v: workers %d, queue %d, inflight %d; want %d, %d, %d", c.mc, s.DecodeWorkers, s.DecodeQueue, s.MaxInflightBytes, c.workers, c.queue, c.inflight)
 		}
 	}
 }

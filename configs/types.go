@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -41,12 +42,16 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // ByteSize is a size in bytes, written as a number or with a KiB/MiB/GiB (or KB/MB/GB) suffix.
 type ByteSize int64
 
-// UnmarshalYAML accepts 1048576, "1MiB", "512KiB", "16MB".
+// UnmarshalYAML accepts 1048576, "1MiB", "512KiB", "16MB"; "" is 0.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("line %d: want a size such as \"16MiB\"", n.Line)
 	}
 	s := strings.TrimSpace(n.Value)
+	if s == "" { // unset, as 0: the key's default
+		*b = 0
+		return nil
+	}
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -66,4 +71,27 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*b = ByteSize(v * mult)
 	return nil
+}
+
+// MarshalYAML writes the size with the largest binary suffix that divides it: "16MiB".
+func (b ByteSize) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix, nil
+		}
+	}
+	return int64(b), nil
+}
+
+// isZeroScalar reports whether a YAML scalar spells zero: 0, 0.0, 0s, 0ms, 0B, 0MiB...
+func isZeroScalar(v string) bool {
+	num := strings.TrimRightFunc(strings.TrimSpace(v), unicode.IsLetter)
+	if num == "" {
+		return false
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	return err == nil && f == 0
 }

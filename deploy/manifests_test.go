@@ -381,7 +381,7 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 	// The pod's CPUs match what the config keeps busy.
 	cpu := ctr.Resources.Limits.Cpu().Value()
 	if int64(cfg.decodeWorkers) != cpu {
-		t.Errorf("server.decode_workers %d != the CPU limit %d (0 would mean every CPU of the node)", cfg.decodeWorkers, cpu)
+		t.Errorf("server.decode_workers %d != the CPU limit %d", cfg.decodeWorkers, cpu)
 	}
 	if int64(cfg.sessionThreads) > cpu {
 		t.Errorf("runtime.instances x intra_op_threads = %d > the CPU limit %d", cfg.sessionThreads, cpu)

@@ -142,6 +142,11 @@ func runtimeStage(t *testing.T) dockerStage {
 
 func TestRootfsServesDefaultModel(t *testing.T) {
 	stage := runtimeStage(t)
+	// The image listens on every interface through the environment, not through CMD's flags,
+	// so that a container given its own -config or -model stays reachable.
+	if !slices.Contains(stage.env, "IMAGEGATE_LISTEN=0.0.0.0:8080") || slices.Contains(stage.command, "-listen") {
+		t.Errorf("the runtime stage should set IMAGEGATE_LISTEN=0.0.0.0:8080 and no -listen in CMD: env %v, cmd %v", stage.env, stage.command)
+	}
 	shared := filepath.Join("..", "..", "shared")
 	jpeg, err := os.ReadFile(filepath.Join(shared, "images", "go_video-001_baseline.jpeg"))
 	if err != nil {

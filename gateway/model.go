@@ -27,7 +27,8 @@ type model struct {
 	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
 	inputName      string
 	outputName     string
-	shape          []int64 // one sample's input shape, e.g. [3 224 224]
+	parameters     map[string]string // ModelOptions.Parameters
+	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
 	maxBatch       int
@@ -94,7 +95,7 @@ func newModel(o ModelOptions, met *metricsRegistry, threads *sched.Threads) (*mo
 	m := &model{
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
-		idle: make(chan struct{}),
+		idle: make(chan struct{}), parameters: o.Parameters,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {

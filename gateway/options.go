@@ -127,4 +127,7 @@ type ModelOptions struct {
 	Runners Runners
 	// Release, optional, frees the runners once the model is closed and no batch runs.
 	Release func()
+	// Parameters, optional, are shown as the parameters of GET /v2/models/{m}/config (how the
+	// model's settings were chosen).
+	Parameters map[string]string
 }

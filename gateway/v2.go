@@ -189,6 +189,10 @@ func (s *Server) modelConfig(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool
 		}
 		input = map[string]any{"name": m.inputName, "data_type": dt, "format": format, "dims": m.shape}
 	}
+	params := make(map[string]any, len(m.parameters))
+	for k, v := range m.parameters {
+		params[k] = map[string]string{"string_value": v} // Triton's ModelParameter
+	}
 	s.writeJSON(ctx, 200, map[string]any{
 		"name":             name,
 		"platform":         "onnxruntime_onnx",
@@ -197,6 +201,7 @@ func (s *Server) modelConfig(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool
 		"input":            []any{input},
 		"output":           []any{map[string]any{"name": m.outputName, "data_type": "TYPE_FP32", "dims": []int64{int64(m.classes)}}},
 		"dynamic_batching": map[string]any{},
+		"parameters":       params,
 	})
 }
 

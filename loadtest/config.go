@@ -35,14 +35,35 @@ type Body struct {
 	Headers []Header
 }
 
+// Protocol is how a run's requests travel.
+type Protocol string
+
+const (
+	// ProtocolHTTP sends each body to URL with Method over HTTP/1.1, one connection per
+	// worker; success is a 2xx status.
+	ProtocolHTTP Protocol = "http"
+	// ProtocolGRPC sends each body, a marshalled ModelInferRequest of the Open Inference
+	// Protocol (see PrepareGRPC), with the ModelInfer RPC to URL (grpc://host:port) over
+	// GRPCConns HTTP/2 connections that the workers share, many calls in flight on each;
+	// success is status OK, and answers are counted by gRPC status code.
+	ProtocolGRPC Protocol = "grpc"
+)
+
 // Config describes one load run. Zero values mean defaults where noted.
 // A Config must not be modified while Run uses it.
 type Config struct {
-	URL     string
-	Method  string // default GET, or POST when Bodies is set
+	// Protocol is ProtocolHTTP (the default) or ProtocolGRPC.
+	Protocol Protocol
+	URL      string
+	Method   string // HTTP: default GET, or POST when Bodies is set; gRPC: ModelInfer
+	// Headers are HTTP headers, or with gRPC metadata (names lower-cased; Host sets the
+	// :authority, Content-Type is left out: gRPC sets its own).
 	Headers []Header
 	// Bodies are sent in rotation: request i carries Bodies[i % len].
 	Bodies []Body
+	// GRPCConns is the number of gRPC connections the workers share, round robin (default
+	// 1; at most Concurrency). HTTP runs use one connection per worker and leave it 0.
+	GRPCConns int
 
 	// Concurrency is the number of workers: in closed-loop mode the number
 	// of requests kept in flight, in open-loop mode the most requests in
@@ -66,7 +87,8 @@ type Config struct {
 	WarmupDuration time.Duration
 
 	// KeepAlive reuses connections (default false in the zero Config; the
-	// CLI defaults to true).
+	// CLI defaults to true). A gRPC run always keeps its connections and
+	// needs it set.
 	KeepAlive bool
 	// Timeout bounds each request, dial included (default 30s).
 	Timeout time.Duration
@@ -88,20 +110,36 @@ const MaxConcurrency = 1 << 20
 var ErrConfig = errors.New("loadtest: invalid config")
 
 func (c *Config) normalize() error {
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		return fmt.Errorf("%w: cannot parse URL %q: %v", ErrConfig, c.URL, err)
+	switch c.Protocol {
+	case "":
+		c.Protocol = ProtocolHTTP
+	case ProtocolHTTP, ProtocolGRPC:
+	default:
+		return fmt.Errorf("%w: protocol %q must be %q or %q", ErrConfig, c.Protocol, ProtocolHTTP, ProtocolGRPC)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("%w: URL %q must be http:// or https:// with a host", ErrConfig, c.URL)
-	}
-	if c.Method == "" {
-		c.Method = "GET"
-		if len(c.Bodies) > 0 {
-			c.Method = "POST"
+	if c.Protocol == ProtocolGRPC {
+		if err := c.normalizeGRPC(); err != nil {
+			return err
 		}
+	} else {
+		u, err := url.Parse(c.URL)
+		if err != nil {
+			return fmt.Errorf("%w: cannot parse URL %q: %v", ErrConfig, c.URL, err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("%w: URL %q must be http:// or https:// with a host", ErrConfig, c.URL)
+		}
+		if c.GRPCConns != 0 {
+			return fmt.Errorf("%w: gRPC connections (%d) set for an HTTP run", ErrConfig, c.GRPCConns)
+		}
+		if c.Method == "" {
+			c.Method = "GET"
+			if len(c.Bodies) > 0 {
+				c.Method = "POST"
+			}
+		}
+		c.Method = strings.ToUpper(c.Method)
 	}
-	c.Method = strings.ToUpper(c.Method)
 	if !(c.Rate >= 0) || math.IsInf(c.Rate, 1) { // also NaN
 		return fmt.Errorf("%w: rate %v must be a finite number >= 0", ErrConfig, c.Rate)
 	}
@@ -112,6 +150,14 @@ func (c *Config) normalize() error {
 		c.Concurrency = 1
 		if c.OpenLoop() {
 			c.Concurrency = 100
+		}
+	}
+	if c.Protocol == ProtocolGRPC {
+		if c.GRPCConns == 0 {
+			c.GRPCConns = 1
+		}
+		if c.GRPCConns < 0 || c.GRPCConns > c.Concurrency {
+			return fmt.Errorf("%w: gRPC connections %d must be in [1, %d] (the concurrency)", ErrConfig, c.GRPCConns, c.Concurrency)
 		}
 	}
 	switch c.Arrival {

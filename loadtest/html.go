@@ -63,7 +63,7 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	}
 	xAxis := niceAxis("time (s)", 0, float64(max(n, 1)))
 	lineChart(&b, "Throughput per second", xAxis, niceAxis("requests / s", 0, maxRate*1.05), []series{
-		{name: "2xx", color: colorOK, xs: ts, ys: ok},
+		{name: r.Config.successName(), color: colorOK, xs: ts, ys: ok},
 		{name: "sent", color: colorSent, dashed: true, xs: ts, ys: sent},
 		{name: "errors", color: colorErr, xs: ts, ys: errs},
 	})
@@ -100,11 +100,11 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	row := func(k, v string) {
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td></tr>", html.EscapeString(k), html.EscapeString(v))
 	}
-	row("sent / completed / 2xx", fmt.Sprintf("%d / %d / %d", s.Sent, s.Completed, s.OK2xx))
+	row("sent / completed / "+r.Config.successName(), fmt.Sprintf("%d / %d / %d", s.Sent, s.Completed, s.OK2xx))
 	row("warm-up excluded", fmt.Sprint(s.Warmup))
 	row("duration", fmt.Sprintf("%.3f s", s.DurationS))
 	row("sent rate", fmt.Sprintf("%.1f req/s", s.SentRate))
-	row("throughput (2xx)", fmt.Sprintf("%.1f req/s", s.Throughput))
+	row("throughput ("+r.Config.successName()+")", fmt.Sprintf("%.1f req/s", s.Throughput))
 	for _, p := range []struct {
 		k string
 		v float64
@@ -121,7 +121,7 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	b.WriteString("</table></div></div>\n")
 
 	// Timeline table.
-	b.WriteString(`<h2 style="font-size:15px">Per second</h2><table><tr><th>t (s)</th><th>sent</th><th>completed</th><th>2xx</th><th>errors</th><th>scheduled</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th></tr>`)
+	b.WriteString(`<h2 style="font-size:15px">Per second</h2><table><tr><th>t (s)</th><th>sent</th><th>completed</th><th>` + r.Config.successName() + `</th><th>errors</th><th>scheduled</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th></tr>`)
 	for _, sec := range r.Timeline {
 		fmt.Fprintf(&b, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
 			sec.T, sec.Sent, sec.Completed, sec.OK, sec.Errors, sec.Scheduled, fmtMs(sec.P50Ms), fmtMs(sec.P90Ms), fmtMs(sec.P99Ms), fmtMs(sec.MaxMs))

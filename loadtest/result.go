@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // Result is the outcome of one run. It is self-contained (it can be written
@@ -37,6 +39,8 @@ func (r *Result) Latency() *Histogram { return r.latency }
 
 // ReportConfig is the configuration as recorded in a report.
 type ReportConfig struct {
+	// Protocol is "grpc" for a gRPC run; empty for HTTP.
+	Protocol       string     `json:"protocol,omitempty"`
 	URL            string     `json:"url"`
 	Method         string     `json:"method"`
 	Headers        []Header   `json:"headers,omitempty"`
@@ -63,15 +67,19 @@ type BodyInfo struct {
 type Summary struct {
 	Sent      uint64 `json:"sent"`
 	Completed uint64 `json:"completed"`
-	OK2xx     uint64 `json:"ok_2xx"`
-	// Errors counts requests that did not end in a 2xx status.
+	// OK2xx counts the successes: 2xx answers over HTTP, status OK over gRPC.
+	OK2xx uint64 `json:"ok_2xx"`
+	// Errors counts requests that did not succeed.
 	Errors uint64 `json:"errors"`
-	// ErrorKinds splits Errors: "timeout", "connect", "closed", "other",
-	// and "status_4xx"/"status_5xx"/... for non-2xx answers.
+	// ErrorKinds splits Errors: over HTTP "timeout", "connect", "closed", "other", and
+	// "status_4xx"/"status_5xx"/... for non-2xx answers; over gRPC the status code's name
+	// (RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, ...), a failure to connect or a
+	// timeout included (UNAVAILABLE, DEADLINE_EXCEEDED).
 	ErrorKinds map[string]uint64 `json:"error_kinds"`
-	// StatusCodes counts every answer by exact status code.
+	// StatusCodes counts every answer by exact HTTP status code, or by gRPC code name.
 	StatusCodes map[string]uint64 `json:"status_codes"`
-	// ErrorSamples holds the first error message of each transport kind.
+	// ErrorSamples holds the first error message of each transport kind (HTTP) or of each
+	// gRPC code but OK.
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Warmup       uint64            `json:"warmup_requests"`
 
@@ -101,9 +109,10 @@ type Summary struct {
 	// SendDelay counts from the intended to the actual send time (open
 	// loop): the pacer's own lag plus any wait for a free worker.
 	SendDelay LatencyStats `json:"send_delay_ms"`
-	// SuccessLatency is Latency of the 2xx answers only; RefusalLatency of
-	// the refusals (429 and 503, which a server under overload should give
-	// at once rather than after a long wait).
+	// SuccessLatency is Latency of the successes only; RefusalLatency of
+	// the refusals (429 and 503 over HTTP, RESOURCE_EXHAUSTED and UNAVAILABLE
+	// over gRPC, which a server under overload should give at once rather
+	// than after a long wait).
 	SuccessLatency LatencyStats `json:"success_latency_ms"`
 	RefusalLatency LatencyStats `json:"refusal_latency_ms"`
 	Refused        uint64       `json:"refused"`
@@ -220,8 +229,9 @@ type secondStats struct {
 // collector folds samples into figures. add runs on one goroutine; the
 // atomic counters are read by the progress reporter.
 type collector struct {
-	cfg *Config
-	p   *pacer
+	cfg  *Config
+	p    *pacer
+	grpc bool // status holds gRPC codes
 
 	lat, svc, delay *Histogram
 	okLat, refLat   *Histogram
@@ -240,7 +250,7 @@ type collector struct {
 
 func newCollector(cfg *Config, p *pacer) *collector {
 	return &collector{
-		cfg: cfg, p: p,
+		cfg: cfg, p: p, grpc: cfg.Protocol == ProtocolGRPC,
 		lat: NewHistogram(), svc: NewHistogram(), delay: NewHistogram(),
 		okLat: NewHistogram(), refLat: NewHistogram(),
 		codes:      map[int]uint64{},
@@ -262,7 +272,7 @@ func (c *collector) second(t int64) *secondStats {
 
 func (c *collector) add(s sample) {
 	c.allDone.Add(1)
-	good := s.kind == kindNone && s.status >= 200 && s.status < 300
+	good := s.kind == kindNone && c.success(s.status)
 	if good {
 		c.allOK.Add(1)
 	} else {
@@ -313,10 +323,30 @@ func (c *collector) add(s sample) {
 		c.errs++
 		done.errs++
 		c.codes[int(s.status)]++
-		if s.status == 429 || s.status == 503 {
+		if c.refusal(s.status) {
 			c.refLat.Record(s.done - s.intended)
 		}
+		if name := grpcCodeName(s.status); c.grpc && s.err != nil && c.errSamples[name] == "" {
+			c.errSamples[name] = s.err.Error()
+		}
 	}
+}
+
+// success reports whether an answer's status is a success: 2xx, or gRPC's OK.
+func (c *collector) success(status int32) bool {
+	if c.grpc {
+		return status == int32(codes.OK)
+	}
+	return status >= 200 && status < 300
+}
+
+// refusal reports whether an answer's status is a refusal under load: 429 or 503, or gRPC's
+// RESOURCE_EXHAUSTED or UNAVAILABLE.
+func (c *collector) refusal(status int32) bool {
+	if c.grpc {
+		return status == int32(codes.ResourceExhausted) || status == int32(codes.Unavailable)
+	}
+	return status == 429 || status == 503
 }
 
 func (c *collector) progress(elapsed time.Duration, sent uint64, done bool) Progress {
@@ -359,6 +389,9 @@ func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 	if cfg.OpenLoop() {
 		rc.Mode, rc.Rate, rc.Arrival = "open", cfg.Rate, cfg.Arrival
 	}
+	if c.grpc {
+		rc.Protocol = string(ProtocolGRPC)
+	}
 	for _, b := range cfg.Bodies {
 		rc.Bodies = append(rc.Bodies, BodyInfo{Name: b.Name, Bytes: len(b.Data)})
 	}
@@ -379,6 +412,14 @@ func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 		}
 	}
 	for code, n := range c.codes {
+		if c.grpc {
+			name := grpcCodeName(int32(code))
+			s.StatusCodes[name] = n
+			if !c.success(int32(code)) {
+				s.ErrorKinds[name] += n
+			}
+			continue
+		}
 		s.StatusCodes[strconv.Itoa(code)] = n
 		if code < 200 || code >= 300 {
 			s.ErrorKinds[statusClass(code)] += n

@@ -178,9 +178,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	u, _ := url.Parse(cfg.URL)
-	client := hostClient(&cfg, u)
-	defer client.CloseIdleConnections()
+	// Each worker gets a requester of the run's protocol: an HTTP request/response pair on a
+	// fasthttp client whose connections the workers take one each, or a share of the gRPC
+	// connections.
+	var newRequester func(i int) requester
+	if cfg.Protocol == ProtocolGRPC {
+		clients, err := grpcClients(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}()
+		newRequester = func(i int) requester { return &grpcWorker{cfg: &cfg, client: clients[i%len(clients)]} }
+	} else {
+		u, _ := url.Parse(cfg.URL)
+		client := hostClient(&cfg, u)
+		defer client.CloseIdleConnections()
+		newRequester = func(int) requester { return newWorker(&cfg, client) }
+	}
 
 	cpu0 := readCPU()
 	start := time.Now()
@@ -268,11 +286,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				}
 			}
 		}()
-		for range cfg.Concurrency {
+		for i := range cfg.Concurrency {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w := newWorker(&cfg, client)
+				w := newRequester(i)
 				defer w.release()
 				for j := range jobs {
 					sent.Add(1)
@@ -281,11 +299,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}()
 		}
 	} else {
-		for range cfg.Concurrency {
+		for i := range cfg.Concurrency {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w := newWorker(&cfg, client)
+				w := newRequester(i)
 				defer w.release()
 				for {
 					seq, intended, warm, ok := p.claim()
@@ -313,7 +331,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, nil
 }
 
-// worker owns one reusable request/response pair.
+// requester sends a worker's requests, one at a time.
+type requester interface {
+	// do sends request seq and returns its sample.
+	do(start time.Time, seq, intended int64, warm bool) sample
+	release()
+}
+
+// worker sends HTTP requests: it owns one reusable request/response pair.
 type worker struct {
 	cfg    *Config
 	client *fasthttp.HostClient

@@ -125,7 +125,8 @@ func (r *SweepResult) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// SweepHeader is the header line of the sweep table.
+// SweepHeader is the header line of the sweep table. Its 2xx/s column counts the
+// successes a second: status OK in a gRPC run.
 func SweepHeader() string {
 	return fmt.Sprintf("%6s %9s %10s %10s %9s %9s %9s %9s %9s %8s %7s %6s",
 		"conc", "rate", "sent/s", "2xx/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "batch", "cpu%")

@@ -28,7 +28,8 @@ func (r *Result) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "Mode:          closed loop, %d workers, %s, timeout %gs\n", c.Concurrency, ka, c.TimeoutS)
 	}
-	fmt.Fprintf(&b, "Requests:      %d sent, %d completed, %d 2xx", s.Sent, s.Completed, s.OK2xx)
+	ok := c.successName()
+	fmt.Fprintf(&b, "Requests:      %d sent, %d completed, %d %s", s.Sent, s.Completed, s.OK2xx, ok)
 	if s.Warmup > 0 {
 		fmt.Fprintf(&b, " (warm-up of %d excluded)", s.Warmup)
 	}
@@ -42,7 +43,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "Sent rate:     %.1f req/s\n", s.SentRate)
 	}
-	fmt.Fprintf(&b, "Throughput:    %.1f req/s 2xx (%.1f req/s completed)\n", s.Throughput, s.CompletedRate)
+	fmt.Fprintf(&b, "Throughput:    %.1f req/s %s (%.1f req/s completed)\n", s.Throughput, ok, s.CompletedRate)
 	from := "send time"
 	if c.Mode == "open" {
 		from = "intended send time"
@@ -56,13 +57,17 @@ func (r *Result) WriteText(w io.Writer) error {
 		writeStats(&b, s.SendDelay)
 	}
 	if s.Refused > 0 {
-		b.WriteString("Latency of 2xx answers (ms):\n")
+		fmt.Fprintf(&b, "Latency of %s answers (ms):\n", ok)
 		writeStats(&b, s.SuccessLatency)
-		fmt.Fprintf(&b, "Latency of refusals, 429/503 (ms, %d refused):\n", s.Refused)
+		fmt.Fprintf(&b, "Latency of refusals, %s (ms, %d refused):\n", c.refusalNames(), s.Refused)
 		writeStats(&b, s.RefusalLatency)
 	}
 	if len(s.StatusCodes) > 0 {
-		b.WriteString("Status codes: ")
+		if c.Protocol == string(ProtocolGRPC) {
+			b.WriteString("gRPC codes:   ")
+		} else {
+			b.WriteString("Status codes: ")
+		}
 		for _, k := range sortedKeys(s.StatusCodes) {
 			fmt.Fprintf(&b, " %s=%d", k, s.StatusCodes[k])
 		}
@@ -81,6 +86,22 @@ func (r *Result) WriteText(w io.Writer) error {
 		s.CPU.UserS, s.CPU.SysS, s.CPU.WallS, s.CPU.Percent)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// successName names the successful answers of the run's protocol: 2xx, or gRPC's OK.
+func (c *ReportConfig) successName() string {
+	if c.Protocol == string(ProtocolGRPC) {
+		return "OK"
+	}
+	return "2xx"
+}
+
+// refusalNames names the answers counted as refusals.
+func (c *ReportConfig) refusalNames() string {
+	if c.Protocol == string(ProtocolGRPC) {
+		return "RESOURCE_EXHAUSTED/UNAVAILABLE"
+	}
+	return "429/503"
 }
 
 func writeStats(b *strings.Builder, l LatencyStats) {

@@ -366,6 +366,10 @@ func TestConformance(t *testing.T) {
 			Dims     []int64
 		}
 		DynamicBatching *struct{} `json:"dynamic_batching"`
+		// Parameters say where each setting came from (Triton's ModelParameter).
+		Parameters map[string]struct {
+			StringValue string `json:"string_value"`
+		}
 	}
 	config := func(path string) modelConfig {
 		a := g.do("GET", path, "", nil)
@@ -374,7 +378,8 @@ func TestConformance(t *testing.T) {
 		dec.DisallowUnknownFields()
 		if a.status != 200 || dec.Decode(&mc) != nil || len(mc.Input) != 1 || len(mc.Output) != 1 || mc.DynamicBatching == nil ||
 			mc.Platform != "onnxruntime_onnx" || mc.MaxBatchSize != 8 || mc.Output[0].Name != "output" ||
-			mc.Output[0].DataType != "TYPE_FP32" || !slices.Equal(mc.Output[0].Dims, []int64{1000}) {
+			mc.Output[0].DataType != "TYPE_FP32" || !slices.Equal(mc.Output[0].Dims, []int64{1000}) ||
+			mc.Parameters["input.width"].StringValue != "224 (model)" {
 			t.Fatalf("GET %s: %d %s", path, a.status, a.body)
 		}
 		return mc

@@ -118,12 +118,19 @@ func startGateway(t *testing.T, config string) *gateway {
 // startGatewayFile starts the gateway on a config written to path (which a test may change).
 func startGatewayFile(t *testing.T, path, config string) *gateway {
 	t.Helper()
-	ortLib(t)
-	bin := gatewayBin(t)
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-config", path, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0")
+	return launch(t, nil, "-config", path, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0")
+}
+
+// launch starts the gateway with these arguments and extra environment variables, and waits
+// for its "serving" log line.
+func launch(t *testing.T, env []string, args ...string) *gateway {
+	t.Helper()
+	ortLib(t)
+	cmd := exec.Command(gatewayBin(t), args...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -657,7 +664,7 @@ func TestCheckFlag(t *testing.T) {
 	mismatch := filepath.Join(dir, "mismatch.yaml")
 	os.WriteFile(mismatch, []byte("models:\n  - name: m\n    path: "+filepath.Join(repoRoot(t), "models", "mobilenet_v3_small", "model.onnx")+"\n    labels: labels.txt\n"), 0o644)
 	out, err = exec.Command(bin, "-config", mismatch, "-check").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "3 labels") {
+	if err == nil || !strings.Contains(string(out), "3 labels") || !strings.Contains(string(out), "models[0] (m).labels: ") {
 		t.Fatalf("-check with 3 labels for 11 classes: %v\n%s", err, out)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.yaml")

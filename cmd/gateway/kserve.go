@@ -10,17 +10,18 @@ package main
 //
 //   - the ONNX file: model.onnx, or the only *.onnx, in the directory, or else in its highest
 //     numeric version folder (1/model.onnx, as Triton and KServe model repositories lay out);
-//   - labels: labels.txt or labels.json beside the ONNX file, or in the directory;
+//   - labels, inputs, outputs and preprocessing: as for any model (configs.Model.Complete):
+//     a label file beside the ONNX file or in the directory, else the model's metadata;
 //   - an optional gateway.yaml in the directory: the same strict schema as configs/gateway.yaml,
-//     with at most one entry under models whose name, path and labels may be left out (they
-//     come from -model_name and the files found); relative paths are read from the directory.
+//     with at most one entry under models whose name and path may be left out (they come from
+//     -model_name and the file found); relative paths are read from the directory.
 //     Without it every setting takes its default, but for the drain: server.drain_delay 5s and
 //     server.shutdown_timeout 20s unless the file sets them, so that a predictor leaves the
 //     Service's endpoints before its listener closes, and drains within Kubernetes' default
 //     30 s grace period.
 //
-// The server listens on 0.0.0.0:PORT: -http_port, else $PORT, else 8080 (-listen still
-// overrides the whole address).
+// The server listens on 0.0.0.0:PORT: -http_port, else $PORT, else $IMAGEGATE_LISTEN (a whole
+// address), else 0.0.0.0:8080; -listen overrides the whole address.
 
 import (
 	"bytes"
@@ -70,48 +71,55 @@ func addModelDirFlags(fs *flag.FlagSet) *modelDirFlags {
 }
 
 // loader checks the flags' combination and returns the config loader run uses, with the
-// config's name for messages and the listen address, both rewritten in model-directory mode.
-func (f *modelDirFlags) loader(configPath, listen string) (load func(string) (*configs.Config, error), source, addr string, err error) {
+// config's name for messages and the listen address with what set it ("" when the
+// configuration decides), both rewritten in model-directory mode.
+func (f *modelDirFlags) loader(configPath, listen string) (load func(string) (*configs.Config, error), source, addr, from string, err error) {
 	set := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { set[strings.ReplaceAll(fl.Name, "-", "_")] = true })
 	if f.port != -1 && (f.port < 0 || f.port > 65535) {
-		return nil, "", "", fmt.Errorf("-http_port must be in [0, 65535], got %d", f.port)
+		return nil, "", "", "", fmt.Errorf("-http_port must be in [0, 65535], got %d", f.port)
 	}
 	if set["http_port"] && listen != "" {
-		return nil, "", "", errors.New("give -listen or -http_port, not both")
+		return nil, "", "", "", errors.New("give -listen or -http_port, not both")
+	}
+	if listen != "" {
+		from = "-listen"
 	}
 	if f.port >= 0 {
-		listen = "0.0.0.0:" + strconv.Itoa(f.port)
+		listen, from = "0.0.0.0:"+strconv.Itoa(f.port), "-http_port"
 	}
 	if f.dir == "" {
 		if set["model_name"] {
-			return nil, "", "", errors.New("-model_name needs -model_dir")
+			return nil, "", "", "", errors.New("-model_name needs -model_dir")
 		}
-		return configs.Load, configPath, listen, nil
+		return configs.Load, configPath, listen, from, nil
 	}
 	if set["config"] {
-		return nil, "", "", errors.New("give -config or -model_dir, not both")
+		return nil, "", "", "", errors.New("give -config or -model_dir, not both")
 	}
 	if listen == "" {
-		port := "8080"
-		if p := os.Getenv("PORT"); p != "" {
+		switch p, env := os.Getenv("PORT"), os.Getenv(listenEnv); {
+		case p != "":
 			if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
-				return nil, "", "", fmt.Errorf("$PORT must be a port number, got %q", p)
+				return nil, "", "", "", fmt.Errorf("$PORT must be a port number, got %q", p)
 			}
-			port = p
+			listen, from = "0.0.0.0:"+p, "$PORT"
+		case env != "":
+			listen, from = env, "$"+listenEnv
+		default:
+			listen, from = "0.0.0.0:8080", "-model_dir"
 		}
-		listen = "0.0.0.0:" + port
 	}
 	dir, err := filepath.Abs(f.dir)
 	if err != nil {
-		return nil, "", "", fmt.Errorf("-model_dir: %w", err)
+		return nil, "", "", "", fmt.Errorf("-model_dir: %w", err)
 	}
 	name := f.name
 	if name == "" {
 		name = filepath.Base(dir)
 	}
 	load = func(string) (*configs.Config, error) { return loadModelDir(dir, name) }
-	return load, "-model_dir " + dir, listen, nil
+	return load, "-model_dir " + dir, listen, from, nil
 }
 
 // loadModelDir builds the configuration of the model in dir (see the file's comment).
@@ -171,31 +179,21 @@ func loadModelDir(dir, name string) (*configs.Config, error) {
 		return nil, where(fmt.Errorf("models[0].name is %v, but -model_name is %q: leave the name out of the file", n, name))
 	}
 	model["name"] = name
-	_, hasPath := model["path"]
-	_, hasLabels := model["labels"]
-	if !hasPath || !hasLabels {
-		onnx, labels, err := findModelFiles(dir)
+	if _, hasPath := model["path"]; !hasPath {
+		onnx, err := findModelFile(dir)
 		if err != nil {
 			return nil, where(err)
 		}
-		if !hasPath {
-			model["path"] = onnx
-			if filepath.Dir(onnx) != filepath.Clean(dir) {
-				// In a version folder: the directory is a repository (Triton's layout), served
-				// with that folder's version number (a file path would be served as version 1):
-				// the folder found, the newest holding a model, unless the file sets a policy.
-				model["path"] = dir
-				if _, set := model["version_policy"]; !set {
-					v, _ := strconv.Atoi(filepath.Base(filepath.Dir(onnx)))
-					model["version_policy"] = map[string]any{"specific": []int{v}}
-				}
+		model["path"] = onnx
+		if filepath.Dir(onnx) != filepath.Clean(dir) {
+			// In a version folder: the directory is a repository (Triton's layout), served
+			// with that folder's version number (a file path would be served as version 1):
+			// the folder found, the newest holding a model, unless the file sets a policy.
+			model["path"] = dir
+			if _, set := model["version_policy"]; !set {
+				v, _ := strconv.Atoi(filepath.Base(filepath.Dir(onnx)))
+				model["version_policy"] = map[string]any{"specific": []int{v}}
 			}
-		}
-		if !hasLabels {
-			if labels == "" {
-				return nil, where(fmt.Errorf("no labels.txt or labels.json beside %s or in the directory (one label per class, or set models[0].labels in %s)", onnx, modelDirConfigFile))
-			}
-			model["labels"] = labels
 		}
 	}
 	doc["models"] = []any{model}
@@ -223,18 +221,17 @@ func loadModelDir(dir, name string) (*configs.Config, error) {
 	return cfg, nil
 }
 
-// findModelFiles finds the ONNX file and the labels of a model directory: model.onnx or the
-// only *.onnx in dir, else in its highest numeric version folder; labels.txt or labels.json
-// beside the ONNX file, else in dir ("" when there are none).
-func findModelFiles(dir string) (onnx, labels string, err error) {
-	onnx, err = findONNX(dir)
+// findModelFile finds the ONNX file of a model directory: model.onnx or the only *.onnx in
+// dir, else in its highest numeric version folder.
+func findModelFile(dir string) (string, error) {
+	onnx, err := findONNX(dir)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	if onnx == "" {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return "", "", err
+			return "", err
 		}
 		var versions []int
 		for _, e := range entries {
@@ -247,22 +244,14 @@ func findModelFiles(dir string) (onnx, labels string, err error) {
 		slices.Sort(versions)
 		for i := len(versions) - 1; i >= 0 && onnx == ""; i-- {
 			if onnx, err = findONNX(filepath.Join(dir, strconv.Itoa(versions[i]))); err != nil {
-				return "", "", err
+				return "", err
 			}
 		}
 	}
 	if onnx == "" {
-		return "", "", errors.New("no model.onnx (or single *.onnx) in the directory or in a numeric version folder such as 1/")
+		return "", errors.New("no model.onnx (or single *.onnx) in the directory or in a numeric version folder such as 1/")
 	}
-	for _, d := range []string{filepath.Dir(onnx), dir} {
-		for _, n := range []string{"labels.txt", "labels.json"} {
-			p := filepath.Join(d, n)
-			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				return onnx, p, nil
-			}
-		}
-	}
-	return onnx, "", nil
+	return onnx, nil
 }
 
 // findONNX returns model.onnx or the only *.onnx in dir, "" when there is none.

@@ -230,9 +230,6 @@ func TestModelDirErrors(t *testing.T) {
 			os.Symlink(filepath.Join(root, "model.onnx"), filepath.Join(dir, "b.onnx"))
 		}, nil, "several ONNX files"},
 		{"no ONNX file", func(dir string) {}, nil, "no model.onnx"},
-		{"no labels", func(dir string) {
-			os.Symlink(filepath.Join(root, "model.onnx"), filepath.Join(dir, "model.onnx"))
-		}, nil, "labels.txt"},
 		{"-config beside -model_dir", full, []string{"-config", "x.yaml"}, "not both"},
 		{"-listen beside -http_port", full, []string{"-listen", "127.0.0.1:0", "-http_port", "0"}, "not both"},
 		{"bad -http_port", full, []string{"-http_port", "70000"}, "-http_port"},
@@ -246,6 +243,13 @@ func TestModelDirErrors(t *testing.T) {
 				t.Fatalf("want an error naming %q, got %v:\n%s", c.want, err, out)
 			}
 		})
+	}
+	// No label file: the classes are named by index, and the log says how to name them.
+	bare := t.TempDir()
+	os.Symlink(filepath.Join(root, "model.onnx"), filepath.Join(bare, "model.onnx"))
+	if out, err := run("-model_dir", bare, "-model_name", "m", "-check"); err != nil || !strings.Contains(out, "labels=class indices") ||
+		!strings.Contains(out, "no labels: answers name classes by index (set labels, or put labels.txt") {
+		t.Fatalf("a model directory without labels: %v\n%s", err, out)
 	}
 	if out, err := run("-model_name", "m", "-check"); err == nil || !strings.Contains(out, "-model_dir") {
 		t.Fatalf("-model_name alone: %v\n%s", err, out)

@@ -1,15 +1,19 @@
 // Command gateway serves ONNX image classifiers over HTTP with dynamic batching.
 //
-//	gateway -config configs/gateway.yaml [-listen HOST:PORT] [-check]
+//	gateway -model path/to/model.onnx [-labels labels.txt] [-name NAME]   (no YAML)
+//	gateway -config configs/gateway.yaml [-listen HOST:PORT] [-check | -print-config]
 //	gateway --model_dir=/mnt/models --model_name=NAME [--http_port=8080]   (KServe: kserve.go)
+//	gateway -version
 //
 // main only wires the components and runs the lifecycle: load and validate the config (-check
-// exits here, after loading every model once), create the ONNX Runtime sessions, the batchers
-// and the server; serve; on SIGTERM or SIGINT drain (stop accepting, answer everything
-// accepted) and stop in reverse order.
+// exits here, after loading every model once; -print-config prints it), create the ONNX
+// Runtime sessions, the batchers and the server; serve; on SIGTERM or SIGINT drain (stop
+// accepting, answer everything accepted) and stop in reverse order. docs/configuration.md,
+// generated from flags.go and the configs package, lists every flag, variable and key.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -38,20 +42,24 @@ func main() {
 	// Settings of the whole process, made here rather than when a package is imported:
 	ort.LimitMallocArenas()      // glibc: one malloc arena per CPU, before GOMAXPROCS is raised
 	metrics.ExposeMetadata(true) // /metrics families carry # HELP and # TYPE
-	configPath := flag.String("config", "configs/gateway.yaml", "YAML configuration file")
-	listen := flag.String("listen", "", "HOST:PORT to listen on (overrides server.listen)")
-	check := flag.Bool("check", false, "validate the configuration and load every model, then exit")
-	adminListen := flag.String("admin-listen", "", `HOST:PORT of the admin API, or "off" (overrides server.admin_listen)`)
-	health := flag.String("healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks)")
-	modelDir := addModelDirFlags(flag.CommandLine) // KServe's -model_dir, -model_name, -http_port: kserve.go
+	o := newOptions(flag.CommandLine)
 	flag.Parse()
-	if *health != "" {
-		os.Exit(healthcheck(*health))
+	if o.health != "" {
+		os.Exit(healthcheck(o.health))
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	load, source, addr, err := modelDir.loader(*configPath, *listen)
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(2)
+	}
+	if o.version {
+		printVersion(os.Stdout)
+		return
+	}
+	// The flags' log settings until the configuration's are known.
+	log := newLogger(os.Stderr, cmp.Or(o.logLevel, "info"), cmp.Or(o.logFormat, "text"))
+	src, err := o.source()
 	if err == nil {
-		err = run(load, source, addr, *adminListen, *check, log)
+		err = run(o, src, log)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
@@ -59,16 +67,20 @@ func main() {
 	}
 }
 
-func run(load func(string) (*configs.Config, error), configPath, listen, adminListen string, check bool, log *slog.Logger) error {
+func run(o *options, src source, log *slog.Logger) error {
 	start := time.Now()
-	repo := &repository{load: load, path: configPath, listen: listen, log: log}
+	repo := &repository{load: src.load, path: src.name, listen: src.listen, listenFrom: src.listenFrom, log: log}
 	cfg, err := repo.config()
 	if err != nil {
 		return err
 	}
-	if adminListen != "" {
-		cfg.Server.AdminListen = adminListen
+	o.apply(cfg)
+	if o.printConfig {
+		return printConfig(os.Stdout, cfg, src.name)
 	}
+	log = newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
+	repo.log = log
+	check := o.check
 	lib := ort.FindLibrary(cfg.ONNXRuntime.Library)
 	if err := ort.Init(lib); err != nil {
 		return err
@@ -97,16 +109,16 @@ func run(load func(string) (*configs.Config, error), configPath, listen, adminLi
 	}
 	if check {
 		for _, m := range cfg.Models {
-			fmt.Printf("ok: model %s (%s): %d instance(s), max batch %d\n", m.Name, m.Path, m.Runtime.Instances, m.Batching.MaxBatchSize)
+			fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
 		}
-		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", configPath, ort.Version(), lib)
+		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
 		closeNow()
 		return nil
 	}
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		closeNow()
-		return fmt.Errorf("cannot listen on %s (server.listen or -listen): %w", cfg.Server.Listen, err)
+		return fmt.Errorf("cannot listen on %s (-listen, $IMAGEGATE_LISTEN or server.listen): %w", cfg.Server.Listen, err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -288,12 +300,24 @@ func serverOptions(c configs.Server, adminToken string, log *slog.Logger) gatewa
 	}
 }
 
-// modelOptions translates one model's YAML into the gateway's options and creates its ONNX
-// Runtime sessions, one per instance, of the input's element type.
-func modelOptions(m configs.Model) (gateway.ModelOptions, error) {
-	labels, err := configs.LoadLabels(m.Labels)
+// modelOptions completes one model version's configuration from the model file (what the
+// YAML leaves empty: its input, output, preprocessing and labels), logs where each setting
+// came from, translates it into the gateway's options and creates its ONNX Runtime sessions,
+// one per instance, of the input's element type.
+func modelOptions(m configs.Model, version string, server configs.Server, log *slog.Logger) (gateway.ModelOptions, error) {
+	comp, err := completeModel(&m, server)
 	if err != nil {
-		return gateway.ModelOptions{}, fmt.Errorf("labels: %w", err)
+		return gateway.ModelOptions{}, err
+	}
+	logSettings(log, m.Name, version, comp)
+	labels := comp.Labels
+	if labels == nil {
+		if labels, err = configs.LoadLabels(m.Labels); err != nil {
+			return gateway.ModelOptions{}, fmt.Errorf("%s.labels: %w", m.Field(), err)
+		}
+		if len(labels) != comp.Classes {
+			return gateway.ModelOptions{}, fmt.Errorf("%s.labels: %s has %d labels, but the model's output has %d classes", m.Field(), m.Labels, len(labels), comp.Classes)
+		}
 	}
 	po := preprocess.Options{
 		Width: m.Input.Width, Height: m.Input.Height, Resize: m.Preprocess.Resize,
@@ -320,24 +344,15 @@ func modelOptions(m configs.Model) (gateway.ModelOptions, error) {
 	}
 	mo := gateway.ModelOptions{
 		Name: m.Name, Labels: labels, InputName: m.Input.Name, OutputName: m.Output.Name,
-		Preprocess: po, Batching: bc, DefaultTimeout: m.Batching.DefaultTimeout.D(),
+		Preprocess: po, Batching: bc, DefaultTimeout: m.Batching.DefaultTimeout.D(), Parameters: parameters(comp),
 	}
-	elem := m.Input.Type
-	if elem == "" {
-		if elem, err = ort.InputType(m.Path, m.Input.Name); err != nil {
-			return mo, err
-		}
-	}
-	switch elem {
+	switch m.Input.Type { // Complete took it from the model
 	case "float32":
 		mo.Runners, mo.Release, err = sessions[float32](m)
 	case "uint8":
 		mo.Runners, mo.Release, err = sessions[uint8](m)
 	default:
-		err = fmt.Errorf("the model's input %q is %s; float32 and uint8 inputs are served", m.Input.Name, elem)
-	}
-	if err != nil && m.Input.Type != "" && errors.Is(err, ort.ErrModel) {
-		err = fmt.Errorf("input.type is %s: %w", m.Input.Type, err)
+		err = fmt.Errorf("%s.input.type: %s inputs are not served", m.Field(), m.Input.Type)
 	}
 	return mo, err
 }

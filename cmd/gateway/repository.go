@@ -23,10 +23,11 @@ import (
 // a fingerprint of the version's configuration and of its model and label files' contents, so
 // that a reload rebuilds exactly what changed.
 type repository struct {
-	load   func(string) (*configs.Config, error)
-	path   string
-	listen string // -listen, which overrides server.listen
-	log    *slog.Logger
+	load       func(string) (*configs.Config, error)
+	path       string
+	listen     string // overrides server.listen when set: -listen, $IMAGEGATE_LISTEN...
+	listenFrom string // what set listen
+	log        *slog.Logger
 
 	mu      sync.Mutex
 	hashes  map[string]fileHash // by path
@@ -40,7 +41,7 @@ type fileHash struct {
 	sum   string
 }
 
-// config reads the configuration (with -listen applied).
+// config reads the configuration (with the listen address's override applied).
 func (r *repository) config() (*configs.Config, error) {
 	cfg, err := r.load(r.path)
 	if err != nil {
@@ -49,7 +50,7 @@ func (r *repository) config() (*configs.Config, error) {
 	if r.listen != "" {
 		cfg.Server.Listen = r.listen
 		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("-listen: %w", err)
+			return nil, fmt.Errorf("%s: %w", r.listenFrom, err)
 		}
 	}
 	return cfg, nil
@@ -82,8 +83,7 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 			continue
 		}
 		for _, v := range versions {
-			mc := m
-			mc.Path, mc.Labels = v.Path, v.Labels
+			mc := m.ForVersion(v)
 			fp, err := r.fingerprint(mc)
 			if err != nil {
 				// This version's files cannot be read (a path gone, not a regular file): it fails
@@ -95,7 +95,7 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 				continue
 			}
 			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
-				Load: func() (gateway.ModelOptions, error) { return modelOptions(mc) }})
+				Load: func() (gateway.ModelOptions, error) { return modelOptions(mc, v.Version, cfg.Server, r.log) }})
 		}
 	}
 	return specs, nil
@@ -110,6 +110,9 @@ func (r *repository) fingerprint(m configs.Model) (string, error) {
 	}
 	h.Write(y)
 	for _, p := range []string{m.Path, m.Labels} {
+		if p == "" { // no label file: the labels come from the model's metadata or indices
+			continue
+		}
 		sum, err := r.fileSum(p)
 		if err != nil {
 			return "", err

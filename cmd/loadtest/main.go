@@ -16,7 +16,7 @@ import (
 	"github.com/imagegate/imagegate/loadtest"
 )
 
-const usage = `loadtest sends HTTP load to one URL and reports throughput and latency.
+const usage = `loadtest sends HTTP or gRPC load to one server and reports throughput and latency.
 
 Usage:
   loadtest [flags] URL
@@ -40,6 +40,8 @@ Examples:
   loadtest -c 8 -duration 10s -body photo.jpg -H 'Content-Type: image/jpeg' http://127.0.0.1:8080/v1/classify
   # the Open Inference Protocol: the same image as a v2 inference request, binary tensor data
   loadtest -protocol v2 -binary -model mobilenet_v3_small -n 2000 -c 50 -body rime_5868.json http://127.0.0.1:8080
+  # the same image over gRPC (ModelInfer), 50 calls in flight on one connection
+  loadtest -protocol grpc -model mobilenet_v3_small -n 2000 -c 50 -body rime_5868.json 127.0.0.1:8001
   # throughput-vs-latency table with the server's mean batch size per step
   loadtest sweep -c 1,8,50 -duration 10s -body rime_5868.json -metrics http://127.0.0.1:8080/metrics \
       http://127.0.0.1:8080/predict/
@@ -53,6 +55,18 @@ Open Inference Protocol (-protocol v2):
   with a path prefix), to which /v2/models/MODEL/infer is added, or a model's
   inference URL (.../v2/models/MODEL[/versions/V]/infer), used as it is. The
   model's metadata is read first: it must take one BYTES input.
+
+Open Inference Protocol over gRPC (-protocol grpc):
+  The same images, each as the one element of the model's BYTES input in a
+  ModelInferRequest (raw_input_contents, a 4-byte length before the image, as
+  Triton's tritonclient.grpc sends it), marshalled once before the run and sent
+  with the ModelInfer RPC of the inference.GRPCInferenceService. The URL is the
+  server's gRPC address, host:port or grpc://host:port (plaintext HTTP/2); -model
+  names the model, whose metadata is read first over gRPC. The -c workers share
+  -grpc-conns connections (default 1), many calls in flight on each; -timeout is
+  each call's deadline, which the server sees. Answers are counted by gRPC status
+  code (OK, RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, ...); -H sets
+  metadata.
 
 Flags:
 `
@@ -95,6 +109,7 @@ type options struct {
 	protocol   string
 	binary     bool
 	model      string
+	grpcConns  int
 	method     string
 	headers    headerFlag
 	out        string
@@ -143,9 +158,10 @@ func (o *options) register(fs *flag.FlagSet, sweep bool) {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout, connecting included")
 	fs.StringVar(&o.jsonImages, "json-image", "", `image file(s), comma-separated, sent as {"image": "<base64>"} in rotation`)
 	fs.StringVar(&o.body, "body", "", "raw request body file (Content-Type guessed from its extension unless -H sets it)")
-	fs.StringVar(&o.protocol, "protocol", "article", "article: send the bodies as they are; v2: send their images as Open Inference Protocol requests (see above)")
+	fs.StringVar(&o.protocol, "protocol", "article", "article: send the bodies as they are; v2: send their images as Open Inference Protocol requests over HTTP; grpc: the same over gRPC (see above)")
 	fs.BoolVar(&o.binary, "binary", false, "with -protocol v2: binary tensor data instead of JSON, both ways")
-	fs.StringVar(&o.model, "model", "", "with -protocol v2: the model to call (unless the URL is its inference URL)")
+	fs.StringVar(&o.model, "model", "", "with -protocol v2 or grpc: the model to call (v2: unless the URL is its inference URL)")
+	fs.IntVar(&o.grpcConns, "grpc-conns", 1, "with -protocol grpc: connections the workers share")
 	fs.StringVar(&o.method, "m", "", "HTTP method (default GET, or POST with a body)")
 	fs.Var(&o.headers, "H", "request header 'Name: value' (repeatable)")
 	fs.StringVar(&o.out, "o", "", "write the JSON report to this file")
@@ -173,12 +189,21 @@ func (o *options) config(ctx context.Context, url string) (loadtest.Config, erro
 	if o.jsonImages != "" && o.body != "" {
 		return cfg, errors.New("-json-image and -body cannot be combined")
 	}
+	if o.grpcConns != 1 && o.protocol != "grpc" {
+		return cfg, errors.New("-grpc-conns goes with -protocol grpc")
+	}
 	switch o.protocol {
 	case "v2":
 		return cfg, o.v2Config(ctx, &cfg)
+	case "grpc":
+		if o.binary {
+			return cfg, errors.New("-binary goes with -protocol v2 (gRPC always sends the images' raw bytes)")
+		}
+		cfg.GRPCConns = o.grpcConns
+		return cfg, o.grpcConfig(ctx, &cfg)
 	case "article":
 	default:
-		return cfg, fmt.Errorf("-protocol %q: want article or v2", o.protocol)
+		return cfg, fmt.Errorf("-protocol %q: want article, v2 or grpc", o.protocol)
 	}
 	if o.binary || o.model != "" {
 		return cfg, errors.New("-binary and -model go with -protocol v2")
@@ -206,6 +231,23 @@ func (o *options) config(ctx context.Context, url string) (loadtest.Config, erro
 
 // v2Config loads the images as they are and turns them into Open Inference Protocol requests.
 func (o *options) v2Config(ctx context.Context, cfg *loadtest.Config) error {
+	if err := o.loadImages(cfg); err != nil {
+		return err
+	}
+	return loadtest.PrepareV2(ctx, cfg, o.model, o.binary)
+}
+
+// grpcConfig loads the images as they are and turns them into marshalled gRPC inference
+// requests.
+func (o *options) grpcConfig(ctx context.Context, cfg *loadtest.Config) error {
+	if err := o.loadImages(cfg); err != nil {
+		return err
+	}
+	return loadtest.PrepareGRPC(ctx, cfg, o.model)
+}
+
+// loadImages reads the -json-image or -body files as they are into cfg.Bodies.
+func (o *options) loadImages(cfg *loadtest.Config) error {
 	var files []string
 	switch {
 	case o.jsonImages != "":
@@ -220,7 +262,7 @@ func (o *options) v2Config(ctx context.Context, cfg *loadtest.Config) error {
 		}
 		cfg.Bodies = append(cfg.Bodies, b)
 	}
-	return loadtest.PrepareV2(ctx, cfg, o.model, o.binary)
+	return nil
 }
 
 func hasHeader(hs []loadtest.Header, name string) bool {
@@ -278,7 +320,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := writeReports(o.out, o.htmlOut, res.WriteJSON, res.WriteHTML, stderr)
 	if s := res.Summary; code == 0 && s.Completed+s.Errors > 0 && s.OK2xx == 0 {
 		// A run against a dead or broken target is not a success for a script or CI job.
-		fmt.Fprintln(stderr, "loadtest: no request succeeded (no 2xx answer)")
+		what := "no 2xx answer"
+		if cfg.Protocol == loadtest.ProtocolGRPC {
+			what = "no answer with status OK"
+		}
+		fmt.Fprintf(stderr, "loadtest: no request succeeded (%s)\n", what)
 		return 3
 	}
 	return code

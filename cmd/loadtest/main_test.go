@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/loadtest/oipgrpc/oipgrpctest"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -98,6 +105,30 @@ func TestSweepCommand(t *testing.T) {
 	}
 }
 
+// TestRunGRPC: -protocol grpc sends the image over gRPC to a stand-in server, on the
+// connections asked for, and reports the answers by gRPC code; a run where nothing succeeds
+// exits 3.
+func TestRunGRPC(t *testing.T) {
+	srv := oipgrpctest.NewServer(t)
+	img := filepath.Join(t.TempDir(), "a.jpg")
+	os.WriteFile(img, []byte("\xff\xd8fake"), 0o644)
+	code, out, errOut := runCLI(t, "-protocol", "grpc", "-model", oipgrpctest.Model, "-n", "20", "-c", "4", "-grpc-conns", "2",
+		"-body", img, "-H", "Authorization: Bearer x", srv.Addr)
+	if code != 0 || !strings.Contains(out, "20 sent, 20 completed, 20 OK") || !strings.Contains(out, "gRPC codes:    OK=20") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if srv.Infers.Load() != 20 || srv.LastHeader("authorization")[0] != "Bearer x" {
+		t.Errorf("server answered %d, saw %q", srv.Infers.Load(), srv.LastHeader("authorization"))
+	}
+	srv.SetFail(func(context.Context, *inference.ModelInferRequest) error {
+		return status.Error(codes.ResourceExhausted, "queue full")
+	})
+	code, out, errOut = runCLI(t, "-protocol", "grpc", "-model", oipgrpctest.Model, "-n", "5", "-body", img, "grpc://"+srv.Addr)
+	if code != 3 || !strings.Contains(out, "RESOURCE_EXHAUSTED=5") || !strings.Contains(errOut, "no answer with status OK") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{},
@@ -114,6 +145,11 @@ func TestUsageErrors(t *testing.T) {
 		{"-protocol", "v2", "-body", "main.go", "http://127.0.0.1:1/"},
 		{"-protocol", "v2", "-model", "m", "http://127.0.0.1:1/"},
 		{"-protocol", "v2", "-model", "m", "-body", "main.go", "http://127.0.0.1:1/v2/models/m"},
+		{"-protocol", "grpc", "-binary", "-model", "m", "-body", "main.go", "127.0.0.1:1"},
+		{"-protocol", "grpc", "-body", "main.go", "127.0.0.1:1"},
+		{"-protocol", "grpc", "-model", "m", "-body", "main.go", "127.0.0.1"},
+		{"-protocol", "grpc", "-model", "m", "127.0.0.1:1"},
+		{"-grpc-conns", "2", "-body", "main.go", "http://127.0.0.1:1/"},
 	} {
 		if code, _, _ := runCLI(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)

@@ -21,6 +21,7 @@ go run ./cmd/schemagen -out schemas \
   -swagger "$k8s/api/openapi-spec/swagger.json" \
   -crd "$promop/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" \
   -crd "$promop/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml" \
+  -crd "$promop/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" \
   -crd "$kserve/config/crd/full/serving.kserve.io_servingruntimes.yaml" \
   -crd "$kserve/config/crd/full/serving.kserve.io_clusterservingruntimes.yaml" \
   -crd "$kserve/config/crd/full/serving.kserve.io_inferenceservices.yaml"

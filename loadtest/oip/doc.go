@@ -5,7 +5,9 @@
 // Inference-Header-Content-Length header), requested outputs as JSON or binary, and Triton's
 // classification extension ("<score>:<index>:<label>" strings).
 //
-// It owns request encoding (Request.Encode), response decoding (DecodeResponse) and a
+// It owns request encoding (Request.Encode), response decoding (DecodeResponse), the raw
+// tensor layout that binary data and the gRPC protocol share (Input.Raw, Tensor.SetRaw; the
+// gRPC client loadtest/oipgrpc sends and reads the same Request and Response) and a
 // net/http Client; it supports the datatypes an image classifier needs: BYTES (encoded images;
 // in JSON each element is written as a base64 string when Input.Base64 is set, which is the
 // gateway's convention for images, else as the element's text), FP32 and UINT8. It must not

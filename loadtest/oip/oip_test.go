@@ -78,6 +78,49 @@ func TestEncodeBinaryLayout(t *testing.T) {
 	}
 }
 
+// TestRaw: an input's raw data is its binary tensor data, and a tensor set from raw data reads
+// it back; a BYTES length prefix that lies and a count that contradicts the shape are refused.
+func TestRaw(t *testing.T) {
+	img := ImageInput("img", false, []byte("abc"), []byte(""))
+	raw, err := img.Raw()
+	if want := []byte{3, 0, 0, 0, 'a', 'b', 'c', 0, 0, 0, 0}; err != nil || !bytes.Equal(raw, want) {
+		t.Fatalf("BYTES raw % x (%v), want % x", raw, err, want)
+	}
+	f := Input{Name: "t", Datatype: FP32, Shape: []int64{1, 2}, FP32: []float32{1.5, -2}}
+	fraw, err := f.Raw()
+	if err != nil || len(fraw) != 8 || math.Float32frombits(binary.LittleEndian.Uint32(fraw[4:])) != -2 {
+		t.Fatalf("FP32 raw % x (%v)", fraw, err)
+	}
+	if _, err := (&Input{Name: "t", Datatype: FP32, Shape: []int64{3}, FP32: []float32{1}}).Raw(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("shape [3] with one value: %v", err)
+	}
+	bt := Tensor{Name: "o", Datatype: BYTES, Shape: []int64{2}}
+	if err := bt.SetRaw(raw); err != nil || len(bt.Bytes) != 2 || string(bt.Bytes[0]) != "abc" || len(bt.Bytes[1]) != 0 {
+		t.Fatalf("BYTES read back %q (%v)", bt.Bytes, err)
+	}
+	ft := Tensor{Name: "o", Datatype: FP32, Shape: []int64{1, 2}}
+	if err := ft.SetRaw(fraw); err != nil || !reflect.DeepEqual(ft.FP32, []float32{1.5, -2}) {
+		t.Fatalf("FP32 read back %v (%v)", ft.FP32, err)
+	}
+	for name, c := range map[string]struct {
+		t   Tensor
+		raw []byte
+	}{
+		"length says more": {Tensor{Name: "o", Datatype: BYTES, Shape: []int64{1}}, []byte{9, 0, 0, 0, 'a'}},
+		"truncated length": {Tensor{Name: "o", Datatype: BYTES, Shape: []int64{2}}, []byte{0, 0, 0, 0, 1, 0}},
+		"fewer elements":   {Tensor{Name: "o", Datatype: BYTES, Shape: []int64{2}}, []byte{0, 0, 0, 0}},
+		"FP32 bytes short": {Tensor{Name: "o", Datatype: FP32, Shape: []int64{2}}, fraw[:7]},
+		"4 x shape wraps":  {Tensor{Name: "o", Datatype: FP32, Shape: []int64{1<<62 + 2}}, fraw}, // 4n = 8 mod 2^64
+		"no shape":         {Tensor{Name: "o", Datatype: FP32}, nil},
+		"negative shape":   {Tensor{Name: "o", Datatype: UINT8, Shape: []int64{-1}}, nil},
+		"unknown datatype": {Tensor{Name: "o", Datatype: "INT8", Shape: []int64{1}}, []byte{1}},
+	} {
+		if err := c.t.SetRaw(c.raw); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestEncodeRefuses(t *testing.T) {
 	for name, in := range map[string]Input{
 		"count":     {Name: "x", Datatype: FP32, Shape: []int64{2, 2}, FP32: []float32{1, 2, 3}},

@@ -226,6 +226,31 @@ func (in *Input) count() (int, error) {
 	return n, nil
 }
 
+// Raw checks the input (its data against its datatype and shape) and returns its data as raw
+// bytes, as binary tensor data and the gRPC protocol's raw_input_contents lay it out: values
+// little-endian, each BYTES element as a 4-byte little-endian length and the element's bytes.
+func (in *Input) Raw() ([]byte, error) {
+	n, err := in.count()
+	if err != nil {
+		return nil, err
+	}
+	if want, ok := elements(in.Shape); !ok || want != int64(n) {
+		return nil, fmt.Errorf("%w input %q: shape %v holds %d elements, the data %d", ErrInvalid, in.Name, in.Shape, want, n)
+	}
+	size := 0
+	switch in.Datatype {
+	case BYTES:
+		for _, e := range in.Bytes {
+			size += 4 + len(e)
+		}
+	case FP32:
+		size = 4 * len(in.FP32)
+	case UINT8:
+		size = len(in.UINT8)
+	}
+	return in.appendBinary(make([]byte, 0, size)), nil
+}
+
 // appendBinary appends the input's binary tensor data: little-endian values, BYTES elements
 // each as a 4-byte little-endian length and the bytes.
 func (in *Input) appendBinary(b []byte) []byte {

@@ -126,10 +126,22 @@ func DecodeResponse(body []byte, headerLength int) (*Response, error) {
 	return r, nil
 }
 
+// SetRaw sets the tensor's data from raw bytes laid out as binary tensor data (and the gRPC
+// protocol's raw_output_contents): little-endian values, BYTES elements each with a 4-byte
+// little-endian length. Name, Datatype and Shape must be set; the element count must match
+// the shape. The tensor keeps copies, not raw.
+func (t *Tensor) SetRaw(raw []byte) error {
+	n, ok := elements(t.Shape)
+	if !ok || t.Shape == nil {
+		return fmt.Errorf("%w output %q: shape %v", ErrInvalid, t.Name, t.Shape)
+	}
+	return t.fromBinary(raw, n)
+}
+
 func (t *Tensor) fromBinary(raw []byte, n int64) error {
 	switch t.Datatype {
 	case FP32:
-		if int64(len(raw)) != 4*n {
+		if len(raw)%4 != 0 || int64(len(raw)/4) != n { // not 4*n: a huge shape overflows it
 			return fmt.Errorf("%w output %q: %d bytes for %d FP32 values", ErrInvalid, t.Name, len(raw), n)
 		}
 		t.FP32 = make([]float32, n)

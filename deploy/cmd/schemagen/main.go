@@ -36,6 +36,7 @@ var defaultKinds = []string{
 	"autoscaling/v2/HorizontalPodAutoscaler",
 	"monitoring.coreos.com/v1/ServiceMonitor",
 	"monitoring.coreos.com/v1/PodMonitor",
+	"monitoring.coreos.com/v1/PrometheusRule",
 	"serving.kserve.io/v1alpha1/ServingRuntime",
 	"serving.kserve.io/v1alpha1/ClusterServingRuntime",
 	"serving.kserve.io/v1beta1/InferenceService",

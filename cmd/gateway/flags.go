@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/imagegate/imagegate/configs"
+)
+
+//go:generate go test -run ^TestConfigurationDoc$ -update .
+
+// options are the command line's. Where a flag and the configuration both set something,
+// the flag wins; then the environment (IMAGEGATE_LISTEN); then the YAML; then the default.
+type options struct {
+	fs          *flag.FlagSet
+	config      string
+	model       string
+	labels      string
+	name        string
+	listen      string
+	adminListen string
+	check       bool
+	printConfig bool
+	version     bool
+	logLevel    string
+	logFormat   string
+	health      string
+	modelDir    *modelDirFlags // KServe's -model_dir, -model_name, -http_port: kserve.go
+}
+
+func newOptions(fs *flag.FlagSet) *options {
+	o := &options{fs: fs}
+	fs.StringVar(&o.config, "config", "configs/gateway.yaml", "the YAML configuration file (docs/configuration.md)")
+	fs.StringVar(&o.model, "model", "", "serve this ONNX file (or model repository folder) without a YAML: the model tells its inputs, outputs, sizes and labels")
+	fs.StringVar(&o.labels, "labels", "", "with -model: its label file (default: labels.txt, labels.json or synset.txt beside the model, else the model's metadata)")
+	fs.StringVar(&o.name, "name", "", "with -model: the model's name (default: the file's name without .onnx; for model.onnx, its folder's)")
+	fs.StringVar(&o.listen, "listen", "", "HOST:PORT of the public API (overrides $IMAGEGATE_LISTEN and server.listen)")
+	fs.StringVar(&o.adminListen, "admin-listen", "", `HOST:PORT of the admin API, or "off" (overrides server.admin_listen)`)
+	fs.BoolVar(&o.check, "check", false, "validate the configuration and load every model, then exit")
+	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration as YAML (defaults filled in, and what the models tell), then exit")
+	fs.BoolVar(&o.version, "version", false, "print the build's version, Go's, ONNX Runtime's and the CPU features used, then exit")
+	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error (overrides log.level)")
+	fs.StringVar(&o.logFormat, "log-format", "", "text or json (overrides log.format)")
+	fs.StringVar(&o.health, "healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks)")
+	o.modelDir = addModelDirFlags(fs)
+	return o
+}
+
+// set reports which flags the command line gave, with KServe's spellings folded to theirs.
+func (o *options) set() map[string]bool {
+	set := map[string]bool{}
+	o.fs.Visit(func(fl *flag.Flag) { set[strings.ReplaceAll(fl.Name, "-", "_")] = true })
+	return set
+}
+
+// validate refuses combinations of flags that mean nothing, and values no key accepts.
+func (o *options) validate() error {
+	set := o.set()
+	switch {
+	case o.model != "" && set["config"]:
+		return errors.New("give -config or -model, not both")
+	case o.model != "" && o.modelDir.dir != "":
+		return errors.New("give -model or -model_dir, not both")
+	case o.model == "" && (set["labels"] || set["name"]):
+		return errors.New("-labels and -name go with -model")
+	}
+	if o.logLevel != "" {
+		if _, err := parseLevel(o.logLevel); err != nil {
+			return fmt.Errorf("-log-level: %w", err)
+		}
+	}
+	if o.logFormat != "" && o.logFormat != "text" && o.logFormat != "json" {
+		return fmt.Errorf("-log-format must be text or json, got %q", o.logFormat)
+	}
+	return nil
+}
+
+// source is where the configuration comes from.
+type source struct {
+	load func(string) (*configs.Config, error)
+	// name names it in messages: the file, "-model PATH" or "-model_dir DIR".
+	name string
+	// listen overrides server.listen when set; listenFrom names what set it.
+	listen, listenFrom string
+}
+
+// source chooses the configuration's loader and the listen address, by the precedence
+// flag > environment > YAML > default.
+func (o *options) source() (source, error) {
+	load, name, listen, from, err := o.modelDir.loader(o.config, o.listen)
+	if err != nil {
+		return source{}, err
+	}
+	if o.model != "" {
+		model, labels, n := o.model, o.labels, o.name
+		load = func(string) (*configs.Config, error) { return configs.ForModel(model, labels, n) }
+		name = "-model " + model
+	}
+	if listen == "" {
+		if env := os.Getenv(listenEnv); env != "" {
+			listen, from = env, "$"+listenEnv
+		}
+	}
+	return source{load: load, name: name, listen: listen, listenFrom: from}, nil
+}
+
+// apply sets what the flags override in cfg, after the configuration was read.
+func (o *options) apply(cfg *configs.Config) {
+	if o.adminListen != "" {
+		cfg.Server.AdminListen = o.adminListen
+	}
+	if o.logLevel != "" {
+		cfg.Log.Level = o.logLevel
+	}
+	if o.logFormat != "" {
+		cfg.Log.Format = o.logFormat
+	}
+}
+
+// listenEnv sets the listen address between -listen and server.listen: the container image
+// sets it, so that a -config given to the container does not make it listen on loopback.
+const listenEnv = "IMAGEGATE_LISTEN"
+
+// envVar is an environment variable the gateway reads.
+type envVar struct{ name, meaning string }
+
+// environment lists the environment variables the gateway reads (docs/configuration.md;
+// TestEnvironmentDocumented finds every one the code reads).
+func environment() []envVar {
+	return []envVar{
+		{listenEnv, "HOST:PORT of the public API, between -listen and server.listen. The container image sets 0.0.0.0:8080"},
+		{"ONNXRUNTIME_LIB", "the ONNX Runtime library, when onnxruntime.library is empty"},
+		{"PORT", "with -model_dir (as Knative sets it): the port to listen on, after -listen and -http_port and before $" + listenEnv},
+		{"GOMAXPROCS", "Go's: when set, the gateway does not raise GOMAXPROCS by one per decode worker and model instance, and server.decode_workers' default follows it"},
+		{"GOGC", "Go's: when set, it replaces the gateway's garbage collection policy"},
+		{"GOMEMLIMIT", "Go's: a memory limit applied on top of the gateway's garbage collection policy"},
+		{"MALLOC_ARENA_MAX", "glibc's: when set, the gateway does not bound malloc's arenas to one per CPU"},
+	}
+}
+
+// parseLevel reads a log level: debug, info, warn or error.
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug", "info", "warn", "error":
+		var l slog.Level
+		err := l.UnmarshalText([]byte(s))
+		return l, err
+	}
+	return 0, fmt.Errorf("must be debug, info, warn or error, got %q", s)
+}
+
+// newLogger is the gateway's log: level and format as log.level and log.format give them.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	l, err := parseLevel(level)
+	if err != nil {
+		l = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
