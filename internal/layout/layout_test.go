@@ -18,6 +18,7 @@ const module = "github.com/imagegate/imagegate/"
 var mayImport = map[string][]string{
 	"internal/queue":               {},
 	"internal/testutil":            {},
+	"internal/onnxtest":            {},
 	"batcher":                      {"internal/queue"},
 	"preprocess":                   {"preprocess/internal/resample"},
 	"preprocess/internal/resample": {},
@@ -41,6 +42,8 @@ var mustNotImport = map[string][]string{
 	"configs":     {"./gateway", "./batcher", "./runtime", "./loadtest"},
 	// The load generator talks to a server over the network only.
 	"loadtest": {"./gateway", "./batcher", "./preprocess", "./runtime", "./configs"},
+	// The protocol's definition serves servers and clients alike.
+	"api": {"./gateway", "./batcher", "./preprocess", "./runtime", "./configs", "./loadtest"},
 }
 
 // TestImportGraph: every package of the module imports only what its place allows; none
