@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # imagegate's container: a Go + cgo build stage on Debian 12, and a runtime stage that is
 # exactly the file set scripts/rootfs.sh assembles (the binary, ONNX Runtime, the C libraries
-# ldd finds, the default model and config, a non-root user): ~56 MB uncompressed, no shell, no
-# package manager, no CA certificates. `make rootfs` assembles the same set here and
+# ldd finds, the default model, its optimized graph and config, a non-root user): ~64 MB
+# uncompressed, no shell, no package manager, no CA certificates. `make rootfs` assembles the same set here and
 # deploy/rootfs_test.go serves the default model from it (no Docker engine runs on our machines).
 #
 #   make image                      # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
@@ -35,7 +35,12 @@ COPY . .
 # The version the binary reports (/v2, the image label): make image passes git describe.
 ARG VERSION
 RUN test -n "$VERSION" || { echo 'build with --build-arg VERSION=$(git describe --always --dirty) (make image does)' >&2; exit 1; }
+# The default model's optimized graph is made by running the gateway, keyed by this machine's
+# CPU: not under emulation (another platform than the build's), whose CPU is no real machine's.
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
 RUN --mount=type=cache,target=/root/.cache/go-build \
+    WARM_CACHE=$([ "$BUILDPLATFORM" = "$TARGETPLATFORM" ] && echo 1 || echo 0) \
     ORT_DIR=/opt/onnxruntime VERSION="$VERSION" scripts/rootfs.sh /rootfs
 
 # The runtime stage: nothing but the assembled file set, i.e. a Debian 12 base trimmed to the
@@ -51,6 +56,9 @@ ARG VERSION
 COPY --from=build /rootfs/ /
 USER 65532:65532
 WORKDIR /app
+# runtime.cache_dir auto: /app/cache/imagegate, where scripts/rootfs.sh put the default model's
+# optimized graph (read-only at run time: a CPU of another kind than the build's starts without it)
+ENV XDG_CACHE_HOME=/app/cache
 EXPOSE 8080
 LABEL org.opencontainers.image.title="imagegate" \
       org.opencontainers.image.description="Dynamic-batching inference gateway for ONNX image classifiers" \

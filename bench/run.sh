@@ -17,9 +17,15 @@
 # window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
 # size from /metrics).
 #
+# First, start-up as Kubernetes sees it: process start to the first 200 of the readiness URL
+# (bin/readytime), STARTS rounds of every server started once in turn: the gateway with an
+# empty model cache (a new node), with the entry the start before wrote, and with the cache
+# off, and the peers.
+#
 # Environment: N (requests per run, 2000), RUNS (3), WARM (requests, 400), STEP (matrix step
-# duration, 8s), RATES (open-loop rates, "100,250"), OUT (docs/benchmarks.md), PEERS=0 to skip
-# the peers (torch, node), ONLY=interleaved for the interleaved Node.js rounds alone (printed),
+# duration, 8s), RATES (open-loop rates, "100,250"), STARTS (start-up rounds, 10), OUT
+# (docs/benchmarks.md), PEERS=0 to skip the peers (torch, node), ONLY=interleaved for the
+# interleaved Node.js rounds alone, ONLY=startup for the start-up rounds alone (printed),
 # GRPC=1 for the gRPC row. GRPC stays 0 by default until the gateway serves gRPC (issue 29: the
 # -grpc-listen flag and the GRPCInferenceService); then make it the default.
 set -euo pipefail
@@ -31,6 +37,7 @@ RUNS=${RUNS:-3}
 WARM=${WARM:-400}
 STEP=${STEP:-8s}
 RATES=${RATES:-100,250}
+STARTS=${STARTS:-10}
 REPORT=${OUT:-docs/benchmarks.md}
 PEERS=${PEERS:-1}
 PAYLOAD=$ROOT/../shared/seed/rime_5868.json
@@ -41,12 +48,15 @@ GRPC_PORT=18191
 GRPC_FLAGS=() # the shipped config's gateway listens for gRPC too when GRPC=1
 [ "$GRPC" = 1 ] && GRPC_FLAGS=(-grpc-listen "127.0.0.1:$GRPC_PORT")
 export ONNXRUNTIME_LIB=${ONNXRUNTIME_LIB:-$ROOT/.deps/onnxruntime/libonnxruntime.so}
+# the gateways' model cache (runtime.cache_dir: auto), this run's own
+export XDG_CACHE_HOME=$WORK/cache
 
 [ -f "$PAYLOAD" ] || { echo "bench: $PAYLOAD is missing (../shared must be beside the checkout)" >&2; exit 1; }
-if ! command -v ab >/dev/null || ! command -v hey >/dev/null; then
+if [ "${ONLY:-}" != startup ] && { ! command -v ab >/dev/null || ! command -v hey >/dev/null; }; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apache2-utils hey >/dev/null
 fi
 make -s build
+go build -o bin/readytime ./bench/readytime
 rm -rf "$WORK" && mkdir -p "$WORK"
 log() { echo "bench: $*" >&2; }
 
@@ -61,24 +71,35 @@ peak_rss() {
   echo $((total / 1024))
 }
 
-# start NAME CMD...: starts a server in its own session, prints its start-up time (ms from
-# exec to the first successful POST /predict/) into $WORK/NAME.startup; sets SPID
+# ready_url NAME: the URL a readiness probe would ask: the gateway's /v2/health/ready, the
+# peers' GET / (they listen once their model is loaded)
+ready_url() {
+  case $1 in torch | node) echo "http://127.0.0.1:$PORT/" ;; *) echo "http://127.0.0.1:$PORT/v2/health/ready" ;; esac
+}
+
+# start NAME CMD...: starts a server in its own session, writes its ready time (ms from exec to
+# the first 200 of its readiness URL, one start) into $WORK/NAME.startup, and returns once it
+# has answered a POST /predict/ too; sets SPID
 start() {
   local name=$1; shift
-  local t0 t1 i
+  local t0 t1 i url
+  url=$(ready_url "$name")
   t0=$(date +%s%N)
   setsid "$@" >"$WORK/$name.log" 2>&1 </dev/null &
   SPID=$!
-  for i in $(seq 1 3000); do
-    if curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "http://127.0.0.1:$PORT/predict/" 2>/dev/null; then
+  for i in $(seq 1 6000); do
+    if curl -fsS -o /dev/null "$url" 2>/dev/null; then
       t1=$(date +%s%N)
       echo $(( (t1 - t0) / 1000000 )) > "$WORK/$name.startup"
-      return 0
+      if curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$PAYLOAD" "$(URL)"; then
+        return 0
+      fi
+      log "$name is ready but did not answer POST /predict/:"; tail -20 "$WORK/$name.log" >&2; return 1
     fi
     kill -0 "$SPID" 2>/dev/null || { log "$name exited during start-up:"; tail -20 "$WORK/$name.log" >&2; return 1; }
-    sleep 0.01
+    sleep 0.005
   done
-  log "$name did not answer in 30 s"; return 1
+  log "$name was not ready in 30 s"; return 1
 }
 
 stop() {
@@ -170,6 +191,73 @@ MODEL=$(sed -n 's/^  - name: //p' configs/gateway.yaml | head -1)
 SHIPPED_RUNTIME=$(sed -n 's/^    runtime: //p' configs/gateway.yaml)
 gateway_config gateway_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
 gateway_config gateway_best "$SHIPPED_BATCHING" "$SHIPPED_RUNTIME"
+NOCACHE_RUNTIME="{cache_dir: off}" # the shipped runtime settings, if any, with the model cache off
+[ -z "$SHIPPED_RUNTIME" ] || NOCACHE_RUNTIME="${SHIPPED_RUNTIME%\}}, cache_dir: off}"
+gateway_config gateway_nocache "$SHIPPED_BATCHING" "$NOCACHE_RUNTIME"
+
+# startup: STARTS rounds, each starting every server once in turn (bin/readytime -n 1): the
+# gateway's shipped config on an empty model cache, on the entry that start wrote, with the
+# cache off; the peers (PEERS=1). Each start's "ms CPU-ms faults" in $WORK/startup.NAME.
+STARTUPS=(gateway_cold gateway_warm gateway_nocache)
+startup() {
+  local r name cmd out
+  [ "$PEERS" = 1 ] && STARTUPS+=(torch node)
+  for name in "${STARTUPS[@]}"; do : >"$WORK/startup.$name"; done
+  for r in $(seq 1 "$STARTS"); do
+    for name in "${STARTUPS[@]}"; do
+      local before=()
+      case $name in
+        gateway_cold) before=(-before "rm -rf '$XDG_CACHE_HOME'"); cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT) ;;
+        gateway_warm) cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT) ;;
+        gateway_nocache) cmd=(bin/gateway -config "$WORK/gateway_nocache.yaml" -listen 127.0.0.1:$PORT) ;;
+        torch) cmd=(env -C bench/torch_service STATE_DICT="$ROOT/bench/out/torch_state_dict.pt" /usr/bin/python3 -m uvicorn app:app
+                    --host 127.0.0.1 --port $PORT --workers "$(nproc)" --log-level warning) ;;
+        node) cmd=(env -C bench/node_service PORT=$PORT WORKERS="$(nproc)" node server.js) ;;
+      esac
+      out=$(bin/readytime -n 1 -q -timeout 120s "${before[@]}" -url "$(ready_url "$name")" -- "${cmd[@]}") ||
+        { log "start-up of $name failed"; return 1; }
+      echo "$out" | awk '{ms=$3; cpu="-"; f="-"; for (i=1;i<=NF;i++) {if ($i=="CPU") cpu=$(i+2); if ($i=="faults") f=$(i+2)}
+                          gsub(/;/, "", f); print ms, cpu, f}' >>"$WORK/startup.$name"
+    done
+    log "start-up round $r/$STARTS: $(for name in "${STARTUPS[@]}"; do printf '%s %s ms  ' "$name" "$(awk 'END {print $1}' "$WORK/startup.$name")"; done)"
+  done
+}
+
+# startup_row NAME: "median (min-max) | CPU median | faults median" of its starts
+startup_row() {
+  local f=$WORK/startup.$1
+  echo "$(awk '{print $1}' "$f" | median) ($(awk '{print $1}' "$f" | sort -g | head -1)–$(awk '{print $1}' "$f" | sort -g | tail -1)) | $(awk '{print $2}' "$f" | median) | $(awk '{print $3}' "$f" | median)"
+}
+
+startup_label() {
+  case $1 in
+    gateway_cold) echo "imagegate, shipped config, empty model cache (a new node, or cache_dir on a fresh emptyDir)" ;;
+    gateway_warm) echo "imagegate, shipped config, the entry the start before wrote" ;;
+    gateway_nocache) echo "imagegate, shipped config, \`cache_dir: off\` (every start optimizes the model)" ;;
+    torch) echo "PyTorch + FastAPI, $(nproc) uvicorn workers (GET / answers)" ;;
+    node) echo "Node.js: sharp + onnxruntime-node, $(nproc) cluster workers (GET / answers)" ;;
+  esac
+}
+
+# startup_table: the start-up section's table (markdown)
+startup_table() {
+  echo "| server | ready ms, median (min–max) | CPU ms at ready, median | minor page faults at ready, median |"
+  echo "|---|---|---|---|"
+  for name in "${STARTUPS[@]}"; do
+    echo "| $(startup_label "$name") | $(startup_row "$name") |"
+  done
+}
+
+# ONLY=startup: that measurement alone, printed (no report written).
+if [ "${ONLY:-}" = startup ]; then
+  if [ "$PEERS" = 1 ]; then
+    SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
+    bench/peers.sh setup-node >/dev/null
+  fi
+  startup
+  startup_table
+  exit 0
+fi
 
 # ceiling_rounds: each round's ratio of the shipped config's ab req/s to the ceiling run right
 # after it, and their median ("r1, r2, r3; median m"), or "-"
@@ -237,6 +325,10 @@ servers=()
 if [ "$PEERS" = 1 ]; then
   SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
   bench/peers.sh setup-node >/dev/null
+fi
+log "start-up: $STARTS rounds"
+startup
+if [ "$PEERS" = 1 ]; then
   export STATE_DICT=$ROOT/bench/out/torch_state_dict.pt
   (cd bench/torch_service && start torch /usr/bin/python3 -m uvicorn app:app --host 127.0.0.1 --port $PORT --workers "$(nproc)" --log-level warning) || exit 1
   SPID=$(pgrep -f "uvicorn app:app --host 127.0.0.1 --port $PORT" | head -1)
@@ -321,7 +413,7 @@ label() {
     echo "(the same image as the raw BYTES element of a ModelInfer request, 50 calls in flight on one connection)."
   fi
   echo
-  echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | start-up ms |"
+  echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | ready ms |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
   for s in "${servers[@]}"; do
     read -r a1 a2 a3 a4 l1 l2 l3 l4 rss st < <(row "$s")
@@ -353,7 +445,23 @@ label() {
   echo "(Python and PIL per request; sharp/libvips and per-call overhead in Node.js)."
   echo
   echo "Peak RSS is the sum of VmHWM over the server's processes (uvicorn and node run one process"
-  echo "per worker plus a parent). Start-up is from exec to the first successful \`POST /predict/\`."
+  echo "per worker plus a parent). Ready is one start's time from exec to the first 200 of the readiness"
+  echo "URL (the gateway's \`/v2/health/ready\`, the peers' \`GET /\`), the gateway's model cache warm; the"
+  echo "next section has $STARTS starts of each."
+  echo
+  echo "## Start-up"
+  echo
+  echo "Process start to the first 200 of the URL a Kubernetes readiness probe asks, as \`bin/readytime\`"
+  echo "measures it (the URL polled every millisecond; the server's CPU time and minor page faults read from"
+  echo "/proc at that moment). $STARTS rounds, each starting every server once in turn, so that all see the"
+  echo "same state of the machine; an empty model cache is emptied before each of its starts:"
+  echo
+  startup_table
+  echo
+  echo "The gateway's start-up loads ONNX Runtime, reads the model and its optimized graph (the model"
+  echo "cache: \`runtime.cache_dir\`, docs/startup.md) and runs the model once at its largest batch before"
+  echo "it reports ready. Fresh memory is a large part of a start on virtual machines (each page's first"
+  echo "touch traps to the hypervisor): hence the page faults."
   echo
   if [ -s "$WORK/interleaved" ]; then
     echo "## Node.js and the shipped config, interleaved"

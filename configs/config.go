@@ -250,6 +250,12 @@ type Runtime struct {
 	// kernels and graph held once; each instance has its own buffers and batch loop);
 	// per_instance gives each instance a session of its own.
 	Sessions string `yaml:"sessions"`
+	// CacheDir keeps ONNX Runtime's optimized graph of the model between starts, keyed by the
+	// model's contents, the ONNX Runtime version, these settings and the CPU (a later start
+	// loads it instead of optimizing again): a folder (relative to this file), auto
+	// ($XDG_CACHE_HOME/imagegate or ~/.cache/imagegate) or off. A folder that cannot be
+	// written costs a warning at start-up, never the model.
+	CacheDir string `yaml:"cache_dir"`
 }
 
 // ShareSession reports whether the model's instances share one ONNX Runtime session.
@@ -426,6 +432,9 @@ func (c *Config) resolvePaths(dir string) {
 		m.Path = abs(m.Path)
 		m.Labels = abs(m.Labels)
 		m.Runtime.OptimizedModelPath = abs(m.Runtime.OptimizedModelPath)
+		if d := m.Runtime.CacheDir; d != "auto" && d != "off" {
+			m.Runtime.CacheDir = abs(d)
+		}
 	}
 }
 

@@ -116,6 +116,9 @@ func setModelDefaults(m *Model) {
 	if r.Sessions == "" {
 		r.Sessions = "shared"
 	}
+	if r.CacheDir == "" {
+		r.CacheDir = "auto"
+	}
 	// Empty lists are unset lists: a YAML [] and an omitted key mean the same.
 	if len(m.Preprocess.Mean) == 0 {
 		m.Preprocess.Mean = nil

@@ -252,11 +252,24 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 	imageArgs := append(slices.Clone(stage.entrypoint[1:]), stage.command...)
 	imageArgs = append(imageArgs, "-listen", "127.0.0.1:0")
 
+	// The image's environment, its paths into the set (loader mode).
+	remapEnv := func(env []string) []string {
+		r := make([]string, len(env))
+		for i, kv := range env {
+			if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(v, "/") {
+				kv = k + "=" + filepath.Join(root, v)
+			}
+			r[i] = kv
+		}
+		return r
+	}
+
 	t.Run("loader", func(t *testing.T) {
 		cmd := exec.Command(loader, append([]string{"--inhibit-cache", "--library-path", libPath, bin}, remap(imageArgs)...)...)
 		cmd.Dir = filepath.Join(root, stage.workdir)
-		cmd.Env = append([]string{}, stage.env...) // nothing else, not even PATH (a nil Env would inherit ours)
+		cmd.Env = remapEnv(stage.env) // nothing else, not even PATH (a nil Env would inherit ours)
 		g := startRootfsGateway(t, cmd, root)
+		g.checkWarmCache(t)
 		g.predict(t, jpeg, labels)
 		g.checkVersion(t, version)
 		g.checkMetrics(t, adapterSeries(t))
@@ -273,6 +286,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		cmd.Env = append([]string{}, stage.env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 		g := startRootfsGateway(t, cmd, root)
+		g.checkWarmCache(t)
 		g.predict(t, jpeg, labels)
 		g.checkVersion(t, version)
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
@@ -317,7 +331,9 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 			args = append(args, a)
 		}
 		cmd := exec.Command(loader, append([]string{"--inhibit-cache", "--library-path", libPath, bin}, args...)...)
-		cmd.Env = append([]string{}, stage.env...)
+		// A model of KServe's own (its settings are not the default config's: another cache
+		// key) gets a writable cache folder, as a pod's emptyDir, not the set's.
+		cmd.Env = append(remapEnv(stage.env), "XDG_CACHE_HOME="+t.TempDir())
 		g := startRootfsGateway(t, cmd, root)
 		if st, body := g.get(t, "/v2/models/mobilenetv2/ready"); st != 200 {
 			t.Fatalf("/v2/models/mobilenetv2/ready: %d %s", st, body)
@@ -345,7 +361,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 // is one the set may hold, and returns their paths relative to root.
 func listRootfs(t *testing.T, root string) []string {
 	t.Helper()
-	allowed := regexp.MustCompile(`^(app/bin/gateway|app/configs/gateway\.yaml|app/models/[^/]+/(model\.onnx|labels\.txt)|etc/(passwd|group)|(usr/)?lib(64|32)?/([a-z0-9_]+-linux-gnu[a-z0-9_]*/)?(ld-linux[^/]*|lib[^/]+\.so[.0-9]*)|usr/share/doc/[^/]+/copyright)$`)
+	allowed := regexp.MustCompile(`^(app/bin/gateway|app/configs/gateway\.yaml|app/models/[^/]+/(model\.onnx|labels\.txt)|app/cache/imagegate/[0-9a-f]{64}\.ort|etc/(passwd|group)|(usr/)?lib(64|32)?/([a-z0-9_]+-linux-gnu[a-z0-9_]*/)?(ld-linux[^/]*|lib[^/]+\.so[.0-9]*)|usr/share/doc/[^/]+/copyright)$`)
 	var files []string
 	var total int64
 	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
@@ -399,11 +415,13 @@ func ortLibRel(root string) string {
 }
 
 type rootfsGateway struct {
-	cmd  *exec.Cmd
-	url  string
-	root string
-	done chan error
-	logs *bytes.Buffer
+	cmd    *exec.Cmd
+	url    string
+	root   string
+	done   chan error
+	logs   *bytes.Buffer
+	logMu  *sync.Mutex
+	mapped []string // the files it had mapped once serving
 }
 
 // startRootfsGateway starts cmd, waits for its "serving" line and checks that every file it
@@ -417,9 +435,9 @@ func startRootfsGateway(t *testing.T, cmd *exec.Cmd, root string) *rootfsGateway
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &rootfsGateway{cmd: cmd, root: root, done: make(chan error, 1), logs: &bytes.Buffer{}}
+	g := &rootfsGateway{cmd: cmd, root: root, done: make(chan error, 1), logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
 	addr := make(chan string, 1)
-	var mu sync.Mutex
+	mu := g.logMu
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		re := regexp.MustCompile(`msg=serving addr=(\S+)`)
@@ -496,7 +514,24 @@ func startRootfsGateway(t *testing.T, cmd *exec.Cmd, root string) *rootfsGateway
 			t.Errorf("the gateway has no %s mapped (mapped: %v)", w, mapped)
 		}
 	}
+	g.mapped = mapped
 	return g
+}
+
+// checkWarmCache: the default model's session was loaded from the set's cache entry (it stays
+// mapped while the session lives), which scripts/rootfs.sh made on this machine, and the log
+// says nothing of the cache (a miss would: a warning, the folder being the image's).
+func (g *rootfsGateway) checkWarmCache(t *testing.T) {
+	t.Helper()
+	dir := filepath.Join(g.root, "app", "cache", "imagegate") + "/"
+	if !slices.ContainsFunc(g.mapped, func(m string) bool { return strings.HasPrefix(m, dir) }) {
+		t.Errorf("the gateway did not load the set's model cache entry (built on another kind of CPU?); mapped: %v", g.mapped)
+	}
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	if strings.Contains(g.logs.String(), "model cache") {
+		t.Errorf("the log mentions the model cache:\n%s", g.logs.String())
+	}
 }
 
 var rootfsClient = &http.Client{Timeout: 30 * time.Second}

@@ -7,12 +7,15 @@
 #   scripts/rootfs.sh OUT_DIR
 #
 # Environment: VERSION (stamped into the binary; default: git describe), GATEWAY_BIN (use this
-# binary instead of building one), ORT_DIR (ONNX Runtime, default .deps/onnxruntime).
+# binary instead of building one), ORT_DIR (ONNX Runtime, default .deps/onnxruntime),
+# WARM_CACHE=0 (no model cache entry: for a build under emulation, whose CPU is no real one).
 #
 # What goes in:
 #   app/bin/gateway                    the binary (cgo, stripped, pure-Go DNS and user lookup)
 #   app/configs/gateway.yaml           the default config
 #   app/models/mobilenet_v3_small/     the default model and its labels
+#   app/cache/imagegate/<key>.ort      the default model's optimized graph (runtime.cache_dir,
+#                                      the Dockerfile's XDG_CACHE_HOME), made by the gateway
 #   <libdir>/libonnxruntime.so*        ONNX Runtime (dlopened by its bare name, found in libdir)
 #   <the loader and every library>     the closure of `ldd` over the binary and ONNX Runtime,
 #                                      at the paths the loader found them (glibc, libstdc++,
@@ -82,6 +85,22 @@ libdir=$(dirname "$libc") # /lib/x86_64-linux-gnu or /lib/aarch64-linux-gnu: the
 install -m 0644 "$ort_lib" "$out$libdir/libonnxruntime.so.$ort_version"
 ln -sf "libonnxruntime.so.$ort_version" "$out$libdir/libonnxruntime.so.1"
 ln -sf "libonnxruntime.so.$ort_version" "$out$libdir/libonnxruntime.so"
+
+# 3b. the default model's cache entry, made by the gateway itself (-check loads the model as a
+# start does), so that a container starts on it instead of optimizing the model. The entry is
+# keyed by the CPU's features among others: a container on this machine's kind of CPU loads it;
+# on another kind it misses, warns once that the read-only folder cannot take a new entry, and
+# starts as without a cache.
+if [ "${WARM_CACHE:-1}" = 1 ]; then
+  mkdir -p "$out/app/cache"
+  if ! check=$(XDG_CACHE_HOME="$(cd "$out/app/cache" && pwd)" ONNXRUNTIME_LIB="$out$libdir/libonnxruntime.so.$ort_version" \
+      "$out/app/bin/gateway" -config "$out/app/configs/gateway.yaml" -check -admin-listen off 2>&1) ||
+      ! ls "$out"/app/cache/imagegate/*.ort >/dev/null 2>&1; then
+    echo "rootfs: the gateway did not write the default model's cache entry (WARM_CACHE=0 skips it):" >&2
+    echo "$check" >&2
+    exit 1
+  fi
+fi
 
 # 4. users: numeric 65532 (runAsNonRoot can check it), names for tools that print them
 printf 'root:x:0:0:root:/root:/sbin/nologin\ngateway:x:65532:65532:imagegate:/nonexistent:/sbin/nologin\n' > "$out/etc/passwd"

@@ -80,6 +80,7 @@ func run(o *options, src source, log *slog.Logger) error {
 	}
 	log = newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
 	repo.log = log
+	slog.SetDefault(log) // what packages log without a logger of their own (runtime/ort's model cache)
 	check := o.check
 	lib := ort.FindLibrary(cfg.ONNXRuntime.Library)
 	if err := ort.Init(lib); err != nil {
@@ -386,6 +387,7 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 			MaxBatchSize: m.Batching.MaxBatchSize, IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
 			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
 			NoCPUMemArena: m.Runtime.CPUMemArena == "off", RewriteHardSwish: m.Runtime.HardSwishRewrite == "on" || (m.Runtime.HardSwishRewrite == "auto" && ort.HardSwishRewritePays()),
+			CacheDir: m.Runtime.CacheDir,
 		})
 		if err != nil {
 			closeAll()

@@ -55,7 +55,16 @@ func addReport(name, markdown string) {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The gateways started here keep their model cache (runtime.cache_dir: auto) in a folder
+	// of this run's, not in the user's.
+	cache, err := os.MkdirTemp("", "imagegate-test-cache")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CACHE_HOME", cache)
 	code := m.Run()
+	os.RemoveAll(cache)
 	if *reportPath != "" && len(report.sections) > 0 {
 		var b strings.Builder
 		b.WriteString("# Reliability under load and hostile clients\n\n")

@@ -21,11 +21,28 @@ type ModelInfo struct {
 	Producer string
 }
 
-// Describe reads a model's inputs and outputs through ONNX Runtime, from a temporary session
-// that skips graph optimization and weight prepacking (neither changes them, and both cost
-// start-up time), and its metadata_props and producer from the file's top-level protobuf
-// fields: ONNX Runtime's GetModelMetadata would load the model once more.
+// Describe reads a model's inputs and outputs as ONNX Runtime reports them, and its
+// metadata_props and producer from the file's top-level protobuf fields (ONNX Runtime's
+// GetModelMetadata would load the model once more). The inputs and outputs are read from the
+// file (scanModel) where its declarations say all; else from a temporary session that skips
+// graph optimization and weight prepacking (neither changes them, and both cost start-up
+// time), which still parses and copies the whole model (docs/startup.md).
 func Describe(path string) (ModelInfo, error) {
+	var info ModelInfo
+	if s, err := scanModel(path, false); err == nil && s.complete {
+		info.Inputs, info.Outputs = s.inputs, s.outputs
+	} else if info, err = describeSession(path); err != nil {
+		return ModelInfo{}, err
+	}
+	var err error
+	if info.Metadata, info.Producer, err = readMetadata(path); err != nil {
+		return ModelInfo{}, fmt.Errorf("ort: cannot read the metadata of model %s: %w", path, err)
+	}
+	return info, nil
+}
+
+// describeSession reads a model's inputs and outputs from a temporary ONNX Runtime session.
+func describeSession(path string) (ModelInfo, error) {
 	opts, err := onnx.NewSessionOptions()
 	if err != nil {
 		return ModelInfo{}, fmt.Errorf("ort: cannot create session options: %w", err)
@@ -44,11 +61,7 @@ func Describe(path string) (ModelInfo, error) {
 	if err != nil {
 		return ModelInfo{}, fmt.Errorf("ort: cannot read model %s: %w", path, err)
 	}
-	info := ModelInfo{Inputs: tensorInfos(in), Outputs: tensorInfos(out)}
-	if info.Metadata, info.Producer, err = readMetadata(path); err != nil {
-		return ModelInfo{}, fmt.Errorf("ort: cannot read the metadata of model %s: %w", path, err)
-	}
-	return info, nil
+	return ModelInfo{Inputs: tensorInfos(in), Outputs: tensorInfos(out)}, nil
 }
 
 func tensorInfos(infos []onnx.InputOutputInfo) []TensorInfo {

@@ -3,6 +3,7 @@ package ort
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -140,6 +141,14 @@ type SessionConfig struct {
 	// used), with the CPU provider and graph optimization all; elsewhere it is ignored.
 	// HardSwishRewritePays tells where it was measured to pay.
 	RewriteHardSwish bool
+	// CacheDir keeps ONNX Runtime's optimized graph of the model between starts (cache.go): a
+	// folder; "auto" for the user's cache folder (os.UserCacheDir)/imagegate; "" or "off" for
+	// no cache. A folder that cannot be written costs a warning, never the session.
+	CacheDir string
+	// Logger receives the cache's warnings; nil: slog.Default().
+	Logger *slog.Logger
+
+	trace func(step string) // called after each step of NewSession (BenchmarkStartupSteps)
 }
 
 // Elem is the element type of a served model's input: float32, or uint8 for models that take
@@ -179,6 +188,10 @@ type sessionCore struct {
 	refs int
 	// rewrites: HardSwish sites rewritten before ONNX Runtime loaded the model.
 	rewrites int
+	// mapped is the cache entry the session reads its graph and weights from, unmapped after
+	// the session is destroyed; cache says how the session was made (cacheHit, …).
+	mapped []byte
+	cache  string
 }
 
 func (c *sessionCore) release() error {
@@ -189,6 +202,12 @@ func (c *sessionCore) release() error {
 	}
 	err := c.sess.Destroy()
 	c.sess = nil
+	if c.mapped != nil {
+		if uerr := unmapFile(c.mapped); err == nil {
+			err = uerr
+		}
+		c.mapped = nil
+	}
 	trimHeap()
 	return err
 }
@@ -198,6 +217,12 @@ var ErrModel = errors.New("ort: model does not match its configuration")
 
 // InputType returns the element type ("float32", "uint8", …) of the model's input named name.
 func InputType(path, name string) (string, error) {
+	// The inputs as declared are ONNX Runtime's (shape inference refines outputs only).
+	if s, err := scanModel(path, false); err == nil {
+		if in, ok := find(s.inputs, name); ok && in.Type != "" {
+			return in.Type, nil
+		}
+	}
 	ins, _, err := Inspect(path)
 	if err != nil {
 		return "", err
@@ -214,7 +239,7 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if cfg.MaxBatchSize < 1 {
 		return nil, fmt.Errorf("ort: max batch size must be positive, got %d", cfg.MaxBatchSize)
 	}
-	ins, outs, err := Inspect(cfg.ModelPath)
+	ins, outs, scan, err := modelIO(cfg.ModelPath, cacheWanted(cfg), cfg.trace)
 	if err != nil {
 		return nil, err
 	}
@@ -250,13 +275,92 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 		return nil, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
 	}
 
+	core, err := newCore(cfg, scan)
+	if err != nil {
+		return nil, err
+	}
+	rowIn := 1
+	for _, d := range cfg.InputShape {
+		rowIn *= int(d)
+	}
+	return newInstance[T](core, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+}
+
+// modelIO returns a model's inputs and outputs as ONNX Runtime reports them: read from the
+// file (scanModel, hashing it when asked) where its declarations say all, else from a
+// temporary session (Inspect). scan is nil when the file could not be read as a model (ONNX
+// Runtime's error is returned).
+func modelIO(path string, hash bool, trace func(string)) (ins, outs []TensorInfo, scan *modelScan, err error) {
+	scan, err = scanModel(path, hash)
+	step(trace, "scan")
+	if err == nil && scan.complete {
+		return scan.inputs, scan.outputs, scan, nil
+	}
+	if err != nil {
+		scan = nil
+	}
+	ins, outs, err = Inspect(path)
+	step(trace, "inspect")
+	return ins, outs, scan, err
+}
+
+func step(trace func(string), name string) {
+	if trace != nil {
+		trace(name)
+	}
+}
+
+// newCore makes cfg's ONNX Runtime session: from the model cache's entry when there is one,
+// else from the model (rewritten when cfg asks), writing the entry when the cache applies.
+func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
+	cache := openCache(cfg, scan)
+	if cache != nil {
+		core := cache.load(cfg)
+		step(cfg.trace, "cache")
+		if core != nil {
+			return core, nil
+		}
+	}
 	opts, err := sessionOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer opts.Destroy()
+	tmp := ""
+	if cache != nil {
+		tmp = cache.begin(opts)
+	}
+	core, err := createSession(cfg, opts)
+	if err != nil && tmp != "" {
+		// ONNX Runtime may fail to write some models in its format: once more without.
+		os.Remove(tmp)
+		tmp = ""
+		retry, oerr := sessionOptions(cfg)
+		if oerr != nil {
+			return nil, oerr
+		}
+		defer retry.Destroy()
+		core, err = createSession(cfg, retry)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case tmp != "" && cache.commit(tmp, core.rewrites, scan) == nil:
+		core.cache = cacheWritten
+	case cache != nil:
+		core.cache = cacheMiss
+	}
+	step(cfg.trace, "cache write")
+	return core, nil
+}
+
+// createSession makes cfg's session from the model file, rewritten first when cfg asks.
+func createSession(cfg SessionConfig, opts *onnx.SessionOptions) (*sessionCore, error) {
 	var sess *onnx.DynamicAdvancedSession
+	var err error
 	data, sites := rewrittenModel(cfg)
+	step(cfg.trace, "rewrite")
 	if data != nil {
 		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
 		if err != nil { // the rewrite never costs a model its session: load it as it is
@@ -266,14 +370,11 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if sess == nil {
 		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
 	}
+	step(cfg.trace, "session")
 	if err != nil {
 		return nil, fmt.Errorf("ort: cannot create a session for %s: %w", cfg.ModelPath, err)
 	}
-	rowIn := 1
-	for _, d := range cfg.InputShape {
-		rowIn *= int(d)
-	}
-	return newInstance[T](&sessionCore{sess: sess, refs: 1, rewrites: sites}, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+	return &sessionCore{sess: sess, refs: 1, rewrites: sites}, nil
 }
 
 // rewriteModel is rewriteHardSwish (a test replaces it).
@@ -288,22 +389,35 @@ const maxRewriteBytes = 512 << 20
 // the session is then made from the file, as ONNX Runtime reads it. A model this parser
 // cannot read is left to ONNX Runtime too, which reports what is wrong with it.
 func rewrittenModel(cfg SessionConfig) ([]byte, int) {
-	if !cfg.RewriteHardSwish || runtime.GOARCH != "amd64" || (cfg.Provider != "" && cfg.Provider != "cpu") ||
-		(cfg.GraphOptimization != "" && cfg.GraphOptimization != "all") {
+	if !rewriteApplies(cfg) {
 		return nil, 0
 	}
-	if fi, err := os.Stat(cfg.ModelPath); err != nil || fi.Size() > maxRewriteBytes {
-		return nil, 0
-	}
-	data, err := os.ReadFile(cfg.ModelPath)
+	f, err := os.Open(cfg.ModelPath)
 	if err != nil {
 		return nil, 0
 	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 || fi.Size() > maxRewriteBytes {
+		return nil, 0
+	}
+	data, err := mapFile(f, int(fi.Size()))
+	if err != nil {
+		return nil, 0
+	}
+	defer unmapFile(data) // the rewritten model is a copy (with no sites, nil is returned)
 	m, sites, err := rewriteModel(data)
 	if err != nil || sites == 0 {
 		return nil, 0
 	}
 	return m, sites
+}
+
+// rewriteApplies reports whether cfg's session is made from its model with the HardSwish
+// rewrite: asked for, on x86-64, the CPU provider and optimization level all.
+func rewriteApplies(cfg SessionConfig) bool {
+	return cfg.RewriteHardSwish && runtime.GOARCH == "amd64" && (cfg.Provider == "" || cfg.Provider == "cpu") &&
+		(cfg.GraphOptimization == "" || cfg.GraphOptimization == "all")
 }
 
 // HardSwishRewritePays reports whether the HardSwish rewrite was measured faster on CPUs

@@ -44,6 +44,10 @@ import (
 // The model is edited in its protobuf encoding without decoding the rest: other fields,
 // including initializers' data, are copied byte for byte.
 
+// rewriteVersion is part of the model cache's key: change it whenever the rewrite's output
+// changes, so that no cached graph of an older rewrite is loaded.
+const rewriteVersion = 1
+
 // ONNX protobuf field numbers (onnx.proto3).
 const (
 	modelGraph = 7
@@ -403,31 +407,48 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 	}
 
 	// The graph: its fields in their order, the nodes where the first one was, the new
-	// initializers after the others.
-	var g []byte
-	wroteNodes := false
+	// initializers after the others. It is written straight into the model, sized first: one
+	// allocation of the model's size (fresh memory is what costs at start-up, page by page).
+	msgLen := func(num protowire.Number, n int) int { return protowire.SizeTag(num) + protowire.SizeBytes(n) }
+	glen := 0
 	for _, f := range gfs {
 		if f.num != graphNode {
-			g = append(g, f.raw...)
-			continue
+			glen += len(f.raw)
 		}
-		if !wroteNodes {
-			for _, n := range out {
-				g = appendMessage(g, graphNode, n)
-			}
-			wroteNodes = true
-		}
+	}
+	for _, n := range out {
+		glen += msgLen(graphNode, len(n))
 	}
 	for _, t := range newInits {
-		g = appendMessage(g, graphInitializer, t)
+		glen += msgLen(graphInitializer, len(t))
 	}
-	m := make([]byte, 0, len(model)+len(g)-len(mfs[gi].val)+16)
+	m := make([]byte, 0, len(model)-len(mfs[gi].raw)+msgLen(modelGraph, glen))
 	for i, f := range mfs {
-		if i == gi {
-			m = appendMessage(m, modelGraph, g)
+		if i != gi {
+			m = append(m, f.raw...)
 			continue
 		}
-		m = append(m, f.raw...)
+		m = protowire.AppendTag(m, modelGraph, protowire.BytesType)
+		m = protowire.AppendVarint(m, uint64(glen))
+		wroteNodes := false
+		for _, f := range gfs {
+			if f.num != graphNode {
+				m = append(m, f.raw...)
+				continue
+			}
+			if !wroteNodes {
+				for _, n := range out {
+					m = appendMessage(m, graphNode, n)
+				}
+				wroteNodes = true
+			}
+		}
+		for _, t := range newInits {
+			m = appendMessage(m, graphInitializer, t)
+		}
+	}
+	if len(m) != cap(m) {
+		panic(fmt.Sprintf("ort: rewritten model of %d bytes, sized %d", len(m), cap(m)))
 	}
 	return m, sites, nil
 }
