@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/imagegate/imagegate/internal/queue"
 )
 
 // Sentinel errors returned by Submit.
@@ -138,11 +140,10 @@ type Config struct {
 	// a single-threaded run without the time it was preempted by other work.
 	// nil: wall time.
 	CostClock func() time.Duration
-	// ThreadInit, optional, is called once by each batch loop on its own OS thread, which
-	// is then its for good: the loop's goroutine is locked to the thread and never unlocked,
-	// so the thread ends with the loop (a thread whose scheduling settings the function
-	// changed, a lower priority for instance, never runs other goroutines).
-	ThreadInit func()
+	// StartLoop, optional, starts each batch loop: it must run loop on a goroutine of its
+	// own and may return at once (the gateway runs each loop on a dedicated OS thread of
+	// its choosing). nil: go loop().
+	StartLoop func(loop func())
 }
 
 // SubmitOptions are per-item options.
@@ -207,35 +208,26 @@ type Stats struct {
 	AdaptiveCap int
 }
 
-const (
-	stIdle   uint8 = iota // not in any queue
-	stQueued              // in a queue list
-	stTaken               // removed by a loop or Close; a reply will be sent
-)
-
 // minShedSamples is the number of successful runs observed before shedding
 // trusts the service model.
 const minShedSamples = 3
 
+// item is one submitted value. Its Links hold its place in its level's queue, its arrival
+// time and its deadline (zero: none); once removed from the queue (by a loop, by Close or by
+// its own caller) a reply is on its way or it is answered already.
 type item[In, Out any] struct {
-	in       In
-	out      Out
-	err      error
-	ctx      context.Context
-	enq      time.Time
-	deadline time.Time // zero: none
-	prev     *item[In, Out]
-	next     *item[In, Out]
-	level    int
-	state    uint8
-	reply    chan struct{} // capacity 1; result in out/err
-	timer    *time.Timer   // lazily created, for DefaultTimeout
+	queue.Links[item[In, Out]]
+	in    In
+	out   Out
+	err   error
+	ctx   context.Context
+	level int
+	reply chan struct{} // capacity 1; result in out/err
+	timer *time.Timer   // lazily created, for DefaultTimeout
 }
 
-type level[In, Out any] struct {
-	head, tail *item[In, Out]
-	n          int
-}
+// level is one priority level's FIFO.
+type level[In, Out any] = queue.List[item[In, Out], *item[In, Out]]
 
 // Batcher batches items submitted concurrently and runs them with a RunFunc.
 // All methods are safe for concurrent use. A Batcher must be closed.
@@ -344,7 +336,11 @@ func New[In, Out any](cfg Config, run RunFunc[In, Out], hooks Hooks) (*Batcher[I
 	b.tok <- struct{}{}
 	b.running.Store(int32(cfg.Instances))
 	for i := range cfg.Instances {
-		go b.loop(i)
+		if start := cfg.StartLoop; start != nil {
+			start(func() { b.loop(i) })
+		} else {
+			go b.loop(i)
+		}
 	}
 	return b, nil
 }
@@ -394,9 +390,9 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, in In, opts SubmitOptions
 		return zero, ErrWouldMissDeadline
 	}
 	it := b.pool.Get().(*item[In, Out])
-	it.in, it.ctx, it.enq, it.level = in, ctx, now, lv
-	if hasDeadline {
-		it.deadline = deadline
+	it.in, it.ctx, it.level = in, ctx, lv
+	if !hasDeadline {
+		deadline = time.Time{}
 	}
 	if b.adaptive {
 		b.model.arrival(now)
@@ -404,7 +400,7 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, in In, opts SubmitOptions
 			b.idleStart = true
 		}
 	}
-	b.push(it)
+	b.push(it, now, deadline)
 	b.st.Accepted++
 	wake := b.asmWaiting && (b.adaptive || b.n == 1 || b.n >= b.wakeAt)
 	if wake {
@@ -450,7 +446,7 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, in In, opts SubmitOptions
 // reply is then on its way).
 func (b *Batcher[In, Out]) dequeue(it *item[In, Out], err error) bool {
 	b.mu.Lock()
-	if it.state != stQueued {
+	if !it.Queued() {
 		b.mu.Unlock()
 		return false
 	}
@@ -482,8 +478,6 @@ func (b *Batcher[In, Out]) release(it *item[In, Out]) error {
 	var zo Out
 	err := it.err
 	it.in, it.out, it.err, it.ctx = zi, zo, nil, nil
-	it.deadline, it.enq = time.Time{}, time.Time{}
-	it.state = stIdle
 	b.pool.Put(it)
 	return err
 }
@@ -528,7 +522,7 @@ func (b *Batcher[In, Out]) predict(lv int) (time.Duration, bool) {
 	}
 	q := 1
 	for l := lv; l < len(b.levels); l++ {
-		q += b.levels[l].n
+		q += b.levels[l].Len()
 	}
 	m := b.cfg.MaxBatchSize
 	batches := (q + m - 1) / m
@@ -550,45 +544,23 @@ func (b *Batcher[In, Out]) Predict(priority int) (d time.Duration, ok bool) {
 }
 
 // push appends it to its level; b.mu must be held.
-func (b *Batcher[In, Out]) push(it *item[In, Out]) {
-	l := &b.levels[it.level]
-	it.prev, it.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = it
-	} else {
-		l.head = it
-	}
-	l.tail = it
-	l.n++
+func (b *Batcher[In, Out]) push(it *item[In, Out], now, deadline time.Time) {
+	b.levels[it.level].PushBack(it, now, deadline)
 	b.n++
-	it.state = stQueued
 }
 
-// remove unlinks a queued item and marks it taken; b.mu must be held.
+// remove unlinks a queued item; b.mu must be held.
 func (b *Batcher[In, Out]) remove(it *item[In, Out]) {
-	l := &b.levels[it.level]
-	if it.prev != nil {
-		it.prev.next = it.next
-	} else {
-		l.head = it.next
-	}
-	if it.next != nil {
-		it.next.prev = it.prev
-	} else {
-		l.tail = it.prev
-	}
-	it.prev, it.next = nil, nil
-	l.n--
+	b.levels[it.level].Remove(it)
 	b.n--
-	it.state = stTaken
 }
 
 // oldest returns the arrival time of the oldest queued item; b.n > 0.
 func (b *Batcher[In, Out]) oldest() time.Time {
 	var t time.Time
 	for i := range b.levels {
-		if h := b.levels[i].head; h != nil && (t.IsZero() || h.enq.Before(t)) {
-			t = h.enq
+		if h := b.levels[i].Front(); h != nil && (t.IsZero() || h.Enqueued().Before(t)) {
+			t = h.Enqueued()
 		}
 	}
 	return t
@@ -618,7 +590,7 @@ func (b *Batcher[In, Out]) Close(ctx context.Context) error {
 	b.mu.Lock()
 	aborted := 0
 	for i := range b.levels {
-		for it := b.levels[i].head; it != nil; it = b.levels[i].head {
+		for it := b.levels[i].Front(); it != nil; it = b.levels[i].Front() {
 			b.remove(it)
 			var zi In
 			it.in = zi

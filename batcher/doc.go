@@ -5,8 +5,9 @@
 // It owns its queue and its batch loops (one goroutine per run instance) and
 // exposes one blocking call, [Batcher.Submit]. It batches generic items: it
 // knows nothing about images, HTTP or ONNX and must not import any other
-// package of this module nor any metrics library; observability goes through
-// the optional [Hooks] and [Batcher.Stats].
+// package of this module (but internal/queue, its FIFO) nor any metrics
+// library; observability goes through the optional [Hooks] and
+// [Batcher.Stats].
 //
 // Ownership: the value passed to Submit is referenced by the batcher only until
 // Submit returns, so a caller may return pooled buffers right after. An item

@@ -6,8 +6,7 @@ import "math/bits"
 // so that the adaptive window does not build batches larger than the hardware rewards. On a
 // GPU or a large model the fixed cost of a run dominates and bigger batches are cheaper per
 // item; on a small CPU the opposite can hold (activations of a large batch fall out of the
-// caches: measured here, MobileNetV3-small costs 1.9 ms per image at batch 1 and 2.6 ms at
-// batch 32 on one thread), and a linear fit a + b·n cannot tell.
+// caches; docs/internals.md, "Batch sizes on a CPU"), and a linear fit a + b·n cannot tell.
 //
 // Batch sizes are grouped in power-of-two classes: class k holds sizes in (2^(k-1), 2^k].
 // Each class keeps an exponentially weighted mean of run time per item. The cap is the upper

@@ -21,11 +21,7 @@ type loopState[In, Out any] struct {
 // holder of b.tok) and release the turn before running, so the next batch is
 // assembled while this one runs. A loop that is running holds no queued item.
 func (b *Batcher[In, Out]) loop(instance int) {
-	switch {
-	case b.cfg.ThreadInit != nil:
-		runtime.LockOSThread() // never unlocked: the thread ends with the loop
-		b.cfg.ThreadInit()
-	case b.cfg.CostClock != nil:
+	if b.cfg.CostClock != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
@@ -154,13 +150,13 @@ func (b *Batcher[In, Out]) take(l *loopState[In, Out], size int, now time.Time) 
 	k := 0
 	for lv := len(b.levels) - 1; lv >= 0 && k < size; lv-- {
 		for k < size {
-			it := b.levels[lv].head
+			it := b.levels[lv].Front()
 			if it == nil {
 				break
 			}
 			b.remove(it)
 			err := it.ctx.Err()
-			if err == nil && !it.deadline.IsZero() && !now.Before(it.deadline) {
+			if d := it.Deadline(); err == nil && !d.IsZero() && !now.Before(d) {
 				err = context.DeadlineExceeded
 			}
 			if err != nil {
@@ -200,7 +196,7 @@ func (b *Batcher[In, Out]) report(l *loopState[In, Out]) {
 	l.drops = [2]int{}
 	if h := b.hooks.QueueWait; h != nil {
 		for _, it := range l.items {
-			h(l.dispatch.Sub(it.enq))
+			h(l.dispatch.Sub(it.Enqueued()))
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
 // The admin API changes what the server serves, so it is not on the public listener by
@@ -209,14 +211,14 @@ func repositoryParams(action string, body []byte) string {
 	for k, v := range req.Parameters {
 		switch {
 		case k == "config" || strings.HasPrefix(k, "file:"):
-			return fmt.Sprintf("parameter %q is not supported: the gateway loads the models its configuration names; change the configuration (or the files it names) and load or reload", truncate(k, 60))
+			return fmt.Sprintf("parameter %q is not supported: the gateway loads the models its configuration names; change the configuration (or the files it names) and load or reload", wire.Truncate(k, 60))
 		case action == "unload" && k == "unload_dependents":
 			var b bool
 			if json.Unmarshal(v, &b) != nil {
 				return "parameter \"unload_dependents\" must be a boolean"
 			}
 		default:
-			return fmt.Sprintf("unknown %s parameter %q", action, truncate(k, 60))
+			return fmt.Sprintf("unknown %s parameter %q", action, wire.Truncate(k, 60))
 		}
 	}
 	return ""

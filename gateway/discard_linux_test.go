@@ -45,7 +45,7 @@ func TestDrainedBodiesAreDiscardedInTheKernel(t *testing.T) {
 	}
 	req.WriteString("0\r\n\r\n")
 	req.WriteString("GET /v2/health/live HTTP/1.1\r\nHost: gw\r\n\r\n")
-	before := discardedBytes.Load()
+	before := ts.s.conns.DiscardedBytes()
 	go io.WriteString(c, req.String())
 
 	br := bufio.NewReader(c)
@@ -67,7 +67,7 @@ func TestDrainedBodiesAreDiscardedInTheKernel(t *testing.T) {
 		t.Fatalf("more answers than requests: %q...", b)
 	}
 	// All but what fasthttp had buffered with each header (16 KiB at most) and the chunk framing.
-	if got, want := discardedBytes.Load()-before, int64(2*len(big)-4*readBufferSize); got < want {
+	if got, want := ts.s.conns.DiscardedBytes()-before, int64(2*len(big)-4*readBufferSize); got < want {
 		t.Errorf("%d bytes discarded in the kernel of the drained bodies' %d; want at least %d", got, 2*len(big), want)
 	}
 }

@@ -1,11 +1,23 @@
-// Package gateway is the HTTP front end (fasthttp): it parses requests (the article's JSON
-// body, raw image bodies, the Open Inference Protocol), decodes and preprocesses images on a
-// pool sized to the CPUs, submits them to each model's batcher, and writes JSON answers and
-// Prometheus metrics.
+// Package gateway is the inference server: a Server serves image classifiers over HTTP/1
+// (fasthttp), the article's API and the Open Inference Protocol, through one request pipeline:
+// admission, the request body read within a memory budget, the front end's parse, decodes on
+// dedicated threads behind a deadline-aware gate, each model's batcher, the answer. Errors are
+// classified in one place (errors.go) and every stage is counted (metrics.go).
+//
+// Where things are: server.go (Server, New, the model table), drain.go (Serve, Shutdown's
+// drain), reload.go (the model repository and reloads), model.go (one served model version),
+// routes.go (routing), pipeline.go (an inference request's stages, the same for every
+// transport), transport.go and http.go (what a transport provides; HTTP/1's), predict.go and
+// v2.go (the front ends), expect.go (Expect: 100-continue), admin.go (the admin API). Below it:
+// internal/admit (memory budget, decode gate), internal/sched (decode and model threads),
+// internal/netx (connections, below HTTP), internal/wire (codecs). docs/architecture.md draws
+// the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions
 // in. fasthttp reuses a RequestCtx and its body after the handler returns, so nothing from a
 // request escapes into a batch: the image is decoded into the request's own pooled slot
 // before it is submitted, and Submit returns only once the batcher holds no reference to it.
+// Everything a Server uses (threads, connections, pools, metrics) is its own and ends with
+// Shutdown: nothing is shared between servers in one process.
 package gateway

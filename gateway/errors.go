@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/valyala/fasthttp"
+	"net/http"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
 // Sentinel errors of the request pipeline. Every stage returns an error wrapping one of them
-// (or one of preprocess's and batcher's); classify maps it to a status and a metric reason.
+// (or one of wire's, preprocess's and batcher's); classify maps it to a status and a metric
+// reason. A malformed request (400) wraps wire.ErrMalformed.
 var (
-	// errBody marks a malformed request (400).
-	errBody = errors.New("gateway: bad request")
 	// errUnsupportedMedia: a Content-Type or Content-Encoding the gateway does not take (415).
 	errUnsupportedMedia = errors.New("gateway: unsupported media type")
 	// errBodyTooLarge: the body (as received or decompressed) exceeds server.max_body_bytes (413).
@@ -37,13 +37,11 @@ var (
 	errClientGone = errors.New("gateway: client closed the connection")
 	// errNotFound: an unknown model, version or path (404).
 	errNotFound = errors.New("gateway: not found")
+	// errMemory: the memory budget is held by other requests (503).
+	errMemory = fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
 	// errMethod: a method the path does not take (405).
 	errMethod = errors.New("gateway: method not allowed")
 )
-
-func bodyErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBody, fmt.Sprintf(format, args...))
-}
 
 // Failure reasons: a closed set, used as metric labels. One spelling each, everywhere.
 const (
@@ -67,35 +65,36 @@ var failureReasons = []string{reasonBadInput, reasonNotFound, reasonOverloaded, 
 const statusClientClosed = 499
 
 // classify maps a pipeline error to its HTTP status and failure reason. It is the one place
-// that does.
+// that does. HTTP statuses are the pipeline's vocabulary for every transport (and the metrics'
+// code label): another protocol's transport maps them to its own codes.
 func (s *Server) classify(err error) (int, string) {
 	switch {
-	case errors.Is(err, errBody), errors.Is(err, preprocess.ErrBadImage):
-		return fasthttp.StatusBadRequest, reasonBadInput
+	case errors.Is(err, wire.ErrMalformed), errors.Is(err, preprocess.ErrBadImage):
+		return http.StatusBadRequest, reasonBadInput
 	case errors.Is(err, errUnsupportedMedia), errors.Is(err, preprocess.ErrUnsupportedFormat):
-		return fasthttp.StatusUnsupportedMediaType, reasonBadInput
+		return http.StatusUnsupportedMediaType, reasonBadInput
 	case errors.Is(err, errBodyTooLarge), errors.Is(err, errTooLarge), errors.Is(err, preprocess.ErrTooLarge):
-		return fasthttp.StatusRequestEntityTooLarge, reasonBadInput
+		return http.StatusRequestEntityTooLarge, reasonBadInput
 	case errors.Is(err, errNotFound):
-		return fasthttp.StatusNotFound, reasonNotFound
+		return http.StatusNotFound, reasonNotFound
 	case errors.Is(err, errMethod):
-		return fasthttp.StatusMethodNotAllowed, reasonNotFound
+		return http.StatusMethodNotAllowed, reasonNotFound
 	case errors.Is(err, errQueueFull), errors.Is(err, batcher.ErrQueueFull):
 		return s.opts.QueueFullStatus, reasonQueueFull
 	case errors.Is(err, errShed), errors.Is(err, batcher.ErrWouldMissDeadline):
-		return fasthttp.StatusServiceUnavailable, reasonShed
+		return http.StatusServiceUnavailable, reasonShed
 	case errors.Is(err, errOverloaded):
-		return fasthttp.StatusServiceUnavailable, reasonOverloaded
+		return http.StatusServiceUnavailable, reasonOverloaded
 	case errors.Is(err, errDraining), errors.Is(err, batcher.ErrClosed):
-		return fasthttp.StatusServiceUnavailable, reasonDraining
+		return http.StatusServiceUnavailable, reasonDraining
 	case errors.Is(err, errReadTimeout):
-		return fasthttp.StatusRequestTimeout, reasonTimeout
+		return http.StatusRequestTimeout, reasonTimeout
 	case errors.Is(err, context.DeadlineExceeded):
-		return fasthttp.StatusGatewayTimeout, reasonTimeout
+		return http.StatusGatewayTimeout, reasonTimeout
 	case errors.Is(err, errClientGone), errors.Is(err, context.Canceled):
 		return statusClientClosed, reasonCanceled
 	}
-	return fasthttp.StatusInternalServerError, reasonInternal
+	return http.StatusInternalServerError, reasonInternal
 }
 
 // retryable reports whether a failure reason asks the client to come back (Retry-After).

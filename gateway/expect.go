@@ -27,7 +27,7 @@ func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 
 func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	path := string(fc.Path())
-	if c, ok := fc.Conn().(*conn); ok && c.overflow && !isHealthPath(path) {
+	if overflowConn(fc) && !isHealthPath(path) {
 		s.met.refusals[refuseConnections].Inc()
 		fc.Response.Header.Set("Retry-After", s.retryAfter)
 		writeError(fc, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
@@ -67,12 +67,10 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 		return s.lookupAnswer(fc, err, true)
 	}
 	defer m.done()
-	r := requestPool.Get().(*request)
-	defer func() {
-		r.reset()
-		requestPool.Put(r)
-	}()
-	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
+	r := s.newRequest(m, fe)
+	defer s.putRequest(r)
+	r.http.fc = fc
+	r.t = &r.http
 	err = s.admit(r)
 	if err == nil {
 		return fasthttp.StatusContinue

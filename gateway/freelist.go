@@ -5,9 +5,9 @@ import "sync"
 // freeList keeps the byte buffers that requests give back (bodies as read, decoded base64
 // images) for the next requests, up to max bytes in all; what does not fit is left to the
 // collector. A sync.Pool keeps everything put in it until two collections have passed, and
-// this server allocates so little that it collects rarely: after a 4x overload, some 60 MB of
-// the overload's decoded images stayed pooled, and in the heap, under the c=50 load that
-// followed. The list is a stack, so the buffer handed out is the one most recently used.
+// this server allocates so little that it collects rarely: an overload's buffers stayed in the
+// heap long after it (docs/internals.md, "Free lists"). The list is a stack, so the buffer
+// handed out is the one most recently used.
 type freeList struct {
 	mu    sync.Mutex
 	bufs  [][]byte

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,10 +15,10 @@ import (
 
 // Metrics: static names, closed label sets (model, version, code, reason, stage), counters
 // ending in _total, histograms as Prometheus histograms. One metrics.Set holds every series, so
-// each family is written once with its # HELP and # TYPE; a model's series are registered by
-// newModel and unregistered when the model is closed.
-
-func init() { metrics.ExposeMetadata(true) }
+// each family is written once, with its # HELP and # TYPE when the process exposes metadata
+// (metrics.ExposeMetadata, a VictoriaMetrics setting for the whole process that cmd/gateway
+// turns on); a model's series are registered by newModel and unregistered when the model is
+// closed.
 
 // metricHelp is the # HELP text of each of the gateway's families.
 var metricHelp = map[string]string{
@@ -256,5 +255,3 @@ func (r *metricsRegistry) dropModel(m *model) {
 		r.set.UnregisterMetric(n)
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/sched"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -79,8 +81,9 @@ type sampleSet interface {
 	release()
 }
 
-// newModel builds a model version and starts its batcher.
-func newModel(o ModelOptions, met *metricsRegistry) (*model, error) {
+// newModel builds a model version and starts its batcher, whose loops run on model threads of
+// threads.
+func newModel(o ModelOptions, met *metricsRegistry, threads *sched.Threads) (*model, error) {
 	if o.Version == "" {
 		o.Version = "1"
 	}
@@ -100,10 +103,10 @@ func newModel(o ModelOptions, met *metricsRegistry) (*model, error) {
 	}
 	switch r := o.Runners.(type) {
 	case RunnersOf[float32]:
-		m.impl, err = newTypedModel(m, r, o)
+		m.impl, err = newTypedModel(m, r, o, threads)
 		m.elemSize, m.datatype = 4, "FP32"
 	case RunnersOf[uint8]:
-		m.impl, err = newTypedModel(m, r, o)
+		m.impl, err = newTypedModel(m, r, o, threads)
 		m.elemSize, m.datatype = 1, "UINT8"
 	default:
 		err = errors.New("no runners")
@@ -196,6 +199,7 @@ func (m *model) doClose(ctx context.Context, met *metricsRegistry) error {
 // typedModel is a model whose input elements are T.
 type typedModel[T Elem] struct {
 	m       *model
+	threads *sched.Threads
 	runners []Runner[T]
 	b       *batcher.Batcher[*job[T], struct{}]
 	jobs    sync.Pool // jobs with a row of T: tensor data, and images of a uint8 model
@@ -214,7 +218,7 @@ type job[T Elem] struct {
 	scores []float32
 }
 
-func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typedModel[T], error) {
+func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threads *sched.Threads) (*typedModel[T], error) {
 	if len(runners) == 0 {
 		return nil, errors.New("no runner")
 	}
@@ -232,7 +236,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typ
 			m.pre.SlotLen(), r0.RowLen())
 	}
 	m.classes, m.rowLen, m.instances = r0.Classes(), r0.RowLen(), len(runners)
-	t := &typedModel[T]{m: m, runners: runners}
+	t := &typedModel[T]{m: m, threads: threads, runners: runners}
 	t.jobs.New = func() any { return &job[T]{row: make([]T, m.rowLen), scores: make([]float32, m.classes)} }
 	if _, ok := any(*new(T)).(uint8); ok {
 		t.images.New = t.jobs.New
@@ -242,6 +246,10 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions) (*typ
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
+	if bc.StartLoop == nil {
+		// Model runs go after the threads that accept, refuse and answer, and before decodes.
+		bc.StartLoop = threads.ModelLoop
+	}
 	hooks := batcher.Hooks{
 		QueueWait: func(d time.Duration) { m.met.queueWait.Update(d.Seconds()) },
 		Batch: func(_, size int, run time.Duration, err error) {
@@ -281,7 +289,7 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
 		}
 	}
 	var scores []float32
-	err := cpuBound(func() (err error) {
+	err := t.threads.CPUBound(func() (err error) {
 		scores, err = r.Run(len(jobs))
 		return err
 	})
@@ -345,11 +353,11 @@ func (s *samplesOf[T]) decode(ctx context.Context, i int, img []byte) error {
 }
 
 func (s *samplesOf[T]) tensorJSON(data []byte) error {
-	return fillRowsJSON(s.rows(), data)
+	return wire.FillJSON(s.rows(), data)
 }
 
 func (s *samplesOf[T]) tensorBinary(raw []byte) error {
-	return fillRowsBinary(s.rows(), raw)
+	return wire.FillBinary(s.rows(), raw)
 }
 
 func (s *samplesOf[T]) rows() [][]T {

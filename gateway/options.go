@@ -117,7 +117,9 @@ type ModelOptions struct {
 	// Preprocess turns an encoded image into one input row (its Width, Height and Layout are
 	// the input's shape).
 	Preprocess preprocess.Options
-	// Batching configures the model's batcher (its Instances is the number of runners).
+	// Batching configures the model's batcher (its Instances is the number of runners). Its
+	// batch loops run on model threads of their own (a niceness between the decodes' and the
+	// rest's) unless StartLoop is set.
 	Batching batcher.Config
 	// DefaultTimeout is a request's deadline; a request may only shorten it.
 	DefaultTimeout time.Duration

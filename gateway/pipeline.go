@@ -1,25 +1,15 @@
 package gateway
 
 import (
-	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"net"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
+	"net/http"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -40,18 +30,23 @@ import (
 //   - parse: the front end checks every sample's size against the declared shapes before it
 //     keeps anything, admits the samples on the model's queue and takes their input rows
 //     from the budget.
-//   - decode: the decode gate (see decodeGate): workers, a bounded queue, the image's decode
+//   - decode: the decode gate (admit.DecodeGate): workers, a bounded queue, the image's decode
 //     memory from the budget, deadline-aware admission and dispatch.
 //   - queue, batch: the model's batcher (its queue bound and deadline shedding).
 //   - answer: the front end writes the result; a failure is written by fail.
 //
 // A request's context carries its deadline and is cancelled when its client goes away
 // (cause errClientGone) or when a drain runs out of time (cause errDraining).
+//
+// The stages are the same for every transport; what depends on the protocol that carried the
+// request (where its deadline and options are, how its body arrives, how the server learns
+// that its client left, how a failure is answered) goes through the request's transport
+// (transport.go; HTTP/1's is http.go). A front end is one protocol's body and answer format.
 
 // frontEnd is one protocol's view of an inference request.
 type frontEnd interface {
-	// parse turns r.body into samples (r.newSamples) and fills them, decoding images with
-	// r.decodeImage.
+	// parse turns r.body into samples (r.expect, r.rows) and fills them, decoding images
+	// with r.decodeImage.
 	parse(r *request) error
 	// write writes the successful answer.
 	write(r *request) error
@@ -63,7 +58,8 @@ type frontEnd interface {
 // clears everything a request left, and buffers that grew too large are dropped.
 type request struct {
 	s        *Server
-	fc       *fasthttp.RequestCtx
+	t        transport     // how the request arrived and how its answer leaves: &http for HTTP
+	http     httpTransport // HTTP/1's transport state, pooled with the request
 	m        *model
 	fe       frontEnd
 	start    time.Time
@@ -86,8 +82,6 @@ type request struct {
 	v2       v2State
 }
 
-var requestPool = sync.Pool{New: func() any { return new(request) }}
-
 // maxPooledBuffer: a request's buffers above this size are not kept for the next request.
 const maxPooledBuffer = 4 << 20
 
@@ -98,14 +92,15 @@ func (r *request) reset() {
 	if cap(out) > maxPooledBuffer {
 		out = nil
 	}
-	*r = request{out: out[:0], v2: r.v2.reset()}
+	v2 := r.v2
+	v2.Reset()
+	*r = request{out: out[:0], v2: v2State{InferRequest: v2.InferRequest}}
 }
 
 // Body and image buffers are kept apart from requests (s.bodyBufs, s.imageBufs), so that a
 // request gives them back as soon as it is done with them instead of holding them while it
 // waits: a request waiting for a decode worker holds its decoded image but not its JSON body;
-// one waiting for a batch, only its tensor rows (at c=50 on the article's payload, some 15 MB
-// less held).
+// one waiting for a batch, only its tensor rows.
 
 // dropBody gives the request's body buffers back; r.body is nil after it.
 func (r *request) dropBody() {
@@ -127,22 +122,36 @@ func (r *request) dropImage() {
 
 // reserve takes n more bytes of the memory budget for the request.
 func (r *request) reserve(n int64) error {
-	if r.held+n > r.s.mem.limit {
+	if r.held+n > r.s.mem.Limit() {
 		// Not even an idle server could hold this request: no retry helps.
-		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.limit)
+		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.Limit())
 	}
-	if !r.s.mem.reserve(n) {
+	if !r.s.mem.Reserve(n) {
 		r.s.met.refusals[refuseMemory].Inc()
-		return fmt.Errorf("%w: the memory budget (server.max_inflight_bytes) is in use by other requests", errOverloaded)
+		return errMemory
 	}
 	r.held += n
 	return nil
 }
 
-// serveInference runs an inference request for model m through the pipeline.
-func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) {
-	r := requestPool.Get().(*request)
-	r.s, r.fc, r.m, r.fe, r.start = s, fc, m, fe, time.Now()
+// newRequest takes a pooled request for model m through front end fe, arrived now; the
+// caller sets its transport.
+func (s *Server) newRequest(m *model, fe frontEnd) *request {
+	r := s.requests.Get().(*request)
+	r.s, r.m, r.fe, r.start = s, m, fe, time.Now()
+	return r
+}
+
+// putRequest gives r back to the pool, cleared.
+func (s *Server) putRequest(r *request) {
+	r.reset()
+	s.requests.Put(r)
+}
+
+// infer runs an inference request through the pipeline, answers it (its transport writes the
+// failure; the front end, the success), counts it, and gives back all it took.
+func (s *Server) infer(r *request) {
+	m := r.m
 	s.inflight.Add(1)
 	defer func() {
 		// Whatever happened (a panic included), the request gives back all it took.
@@ -155,45 +164,51 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 		if r.cancel != nil {
 			r.cancel(nil)
 		}
-		s.mem.release(r.held)
-		r.reset()
-		requestPool.Put(r)
+		s.mem.Release(r.held)
+		s.putRequest(r)
 		s.inflight.Add(-1)
 		s.inflightDone()
 	}()
 	err := s.runPipeline(r)
-	status, reason := fasthttp.StatusOK, ""
+	status, reason := http.StatusOK, ""
 	if err != nil {
 		status, reason = s.fail(r, err)
 		if reason != reasonCanceled && !r.bodyDone {
-			s.discardBody(r, err)
+			r.t.discard(r, err)
 		}
 	}
 	m.met.req.observe(status, reason, time.Since(r.start))
 }
 
+// runPipeline runs the request's stages, in order (see the top of this file).
 func (s *Server) runPipeline(r *request) error {
+	// Admit: before a byte of the body is read.
 	if err := s.admit(r); err != nil {
 		return err
 	}
+	// From here the request has a context: its deadline, its client leaving, a drain's end.
 	ctx, cancel := context.WithDeadline(s.abort, r.deadline)
 	r.rctx, r.cancel = context.WithCancelCause(ctx)
 	cancelDeadline := r.cancel
 	r.cancel = func(cause error) { cancelDeadline(cause); cancel() }
-	release := s.gone.watch(r.fc.Conn(), func() { cancelDeadline(errClientGone) })
+	release := r.t.watchGone(r, func() { cancelDeadline(errClientGone) })
 	defer release()
-	if err := s.readBody(r); err != nil {
+	// Read the body, within the memory budget.
+	if err := r.t.readBody(r); err != nil {
 		return err
 	}
+	// Parse it into samples (the front end), decoding images through the decode gate.
 	if err := r.fe.parse(r); err != nil {
 		return err
 	}
+	// Queue and batch: the samples run in the model's batches.
 	if err := r.samples.submit(r.rctx, r.priority); err != nil {
 		if errors.Is(err, batcher.ErrQueueFull) { // the batcher's own bound, also at once
 			s.met.refusals[refuseQueue].Inc()
 		}
 		return err
 	}
+	// Answer (the front end, through the transport's response).
 	return r.fe.write(r)
 }
 
@@ -202,10 +217,10 @@ func (s *Server) admit(r *request) error {
 	if s.aborted.Load() {
 		return fmt.Errorf("%w: the server is shutting down", errDraining)
 	}
-	if err := s.parseOptions(r); err != nil {
+	if err := r.t.options(r); err != nil {
 		return err
 	}
-	if n := r.fc.Request.Header.ContentLength(); int64(n) > s.opts.MaxBodyBytes {
+	if n := r.t.declaredBytes(r); n > s.opts.MaxBodyBytes {
 		return fmt.Errorf("%w: the body declares %d bytes; server.max_body_bytes is %d", errBodyTooLarge, n, s.opts.MaxBodyBytes)
 	}
 	// The model's queue, without taking a place in it yet (the samples are admitted once the
@@ -218,11 +233,11 @@ func (s *Server) admit(r *request) error {
 	// requests are images) and the model's batcher.
 	pred, _ := r.m.impl.predict(r.priority)
 	if r.fe.decodes() {
-		pred += s.gate.predictWait()
+		pred += s.gate.PredictWait()
 	}
 	// With the decode gate's headroom: a request refused here is refused in microseconds,
 	// before its body is read; one that passes and is refused later has spent its upload.
-	if need := pred + pred/admitHeadroom; r.start.Add(need).After(r.deadline) {
+	if need := pred + pred/admit.Headroom; r.start.Add(need).After(r.deadline) {
 		s.met.refusals[refuseDeadline].Inc()
 		return fmt.Errorf("%w: predicted to take %v, and a request is admitted only with %v of its deadline left (the prediction and half again); the deadline is in %v",
 			errShed, pred.Round(time.Millisecond), need.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
@@ -275,30 +290,30 @@ func (r *request) decodeImage(i int, img []byte) error {
 	if err != nil {
 		return err
 	}
-	if r.held+cost > s.mem.limit {
-		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.limit)
+	if r.held+cost > s.mem.Limit() {
+		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.Limit())
 	}
 	after, _ := m.impl.predict(r.priority)
-	if err := s.gate.acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
+	if err := s.gate.Acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
 		switch {
-		case errors.Is(err, errMemory):
+		case errors.Is(err, admit.ErrMemory):
 			s.met.refusals[refuseMemory].Inc()
-			return err
-		case errors.Is(err, errOverloaded):
+			return errMemory
+		case errors.Is(err, admit.ErrQueueFull):
 			s.met.refusals[refuseDecodeQueue].Inc()
-			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", err, s.opts.DecodeQueue)
-		case errors.Is(err, errShed):
+			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", errOverloaded, s.opts.DecodeQueue)
+		case errors.Is(err, admit.ErrShed):
 			s.met.refusals[refuseDeadline].Inc()
-			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", err)
-		case errors.Is(err, errTooLarge):
-			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", err, cost, s.mem.limit)
+			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", errShed)
+		case errors.Is(err, admit.ErrTooLarge):
+			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, cost, s.mem.Limit())
 		}
 		return err
 	}
 	// The rows are taken once a worker is: a request waiting for one holds only its body.
 	samples, err := r.rows(true)
 	if err != nil {
-		s.gate.release(cost, heavy, 0)
+		s.gate.Release(cost, heavy, 0)
 		return err
 	}
 	decode := func() (err error) {
@@ -315,273 +330,23 @@ func (r *request) decodeImage(i int, img []byte) error {
 	}
 	t := time.Now()
 	if heavy {
-		err = atLowPriority(decode)
+		err = s.threads.Heavy(decode)
 	} else {
-		err = bulkRun(decode)
+		err = s.threads.Decode(decode)
 	}
 	d := time.Since(t)
 	if err != nil && r.rctx.Err() != nil {
 		// Stopped part-way (the client left, the deadline passed): not a decode time.
-		s.gate.release(cost, heavy, 0)
+		s.gate.Release(cost, heavy, 0)
 		return err
 	}
-	s.gate.release(cost, heavy, d)
+	s.gate.Release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())
 	return err
 }
 
-// parseOptions reads the request's deadline and priority (headers or query) and top_k.
-func (s *Server) parseOptions(r *request) error {
-	fc, m := r.fc, r.m
-	timeout := m.defaultTimeout
-	args := fc.QueryArgs()
-	if v := args.Peek("top_k"); v != nil {
-		k, err := parseCount(v)
-		if err != nil || k < 0 {
-			return bodyErr("top_k must be a non-negative integer, got %q", truncate(string(v), 20))
-		}
-		r.topK = min(k, len(m.labels))
-	}
-	tv := fc.Request.Header.Peek("X-Request-Timeout")
-	if tv == nil {
-		tv = args.Peek("timeout")
-	}
-	if tv != nil {
-		ms, err := parseMillis(tv)
-		if err != nil || !(ms > 0) {
-			return bodyErr("timeout must be a positive number of milliseconds, got %q", truncate(string(tv), 20))
-		}
-		// A timeout only shortens the model's default; a longer one (up to +Inf) is the default.
-		if ms < float64(timeout)/float64(time.Millisecond) {
-			timeout = time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	r.deadline = r.start.Add(timeout)
-	pv := fc.Request.Header.Peek("X-Request-Priority")
-	if pv == nil {
-		pv = args.Peek("priority")
-	}
-	if pv != nil {
-		p, err := parseCount(pv)
-		if err != nil || p < 0 {
-			return bodyErr("priority must be a non-negative integer, got %q", truncate(string(pv), 20))
-		}
-		r.priority = p
-	}
-	return nil
-}
-
-// parseCount parses a count given in a header or a query parameter: decimal digits only (no
-// sign, no spaces), at most 18 of them; strconv.Atoi also took "+3".
-func parseCount(b []byte) (int, error) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, errBadCount
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, errBadCount
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, nil
-}
-
-var errBadCount = errors.New("not a decimal count")
-
-// parseMillis parses a timeout in milliseconds: decimal digits with an optional fraction
-// ("250", "0.5"), or "inf" (no shorter than the default). strconv.ParseFloat also took "1_000",
-// hex floats and "infinity".
-func parseMillis(b []byte) (float64, error) {
-	if strings.EqualFold(string(b), "inf") {
-		return math.Inf(1), nil
-	}
-	digits, frac := 0, false
-	for i, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '.' && !frac && i > 0 && i < len(b)-1:
-			frac = true
-		default:
-			return 0, errBadCount
-		}
-	}
-	if digits == 0 || len(b) > 24 {
-		return 0, errBadCount
-	}
-	return strconv.ParseFloat(string(b), 64)
-}
-
-// readBody reads the request body into r.body, taking its bytes from the memory budget as they
-// arrive, and undoes a gzip or deflate Content-Encoding within the same bounds.
-func (s *Server) readBody(r *request) error {
-	h := &r.fc.Request.Header
-	declared := int64(h.ContentLength()) // -1: chunked, -2: none
-	var src io.Reader = r.fc.RequestBodyStream()
-	if src == nil {
-		src = bytes.NewReader(r.fc.Request.Body())
-	}
-	if r.bodyBuf == nil {
-		r.bodyBuf = s.bodyBufs.get()
-	}
-	body, err := r.readAll(src, declared, &r.bodyBuf)
-	if err != nil {
-		r.bodyBad = !errors.Is(err, errOverloaded) && !errors.Is(err, errTooLarge)
-		var ne net.Error
-		switch {
-		case s.aborted.Load():
-			return fmt.Errorf("%w: the server stopped reading bodies (server.shutdown_timeout)", errDraining)
-		case errors.As(err, &ne) && ne.Timeout():
-			return fmt.Errorf("%w (server.read_timeout %v)", errReadTimeout, s.opts.ReadTimeout)
-		case errors.Is(err, errBodyTooLarge), errors.Is(err, errOverloaded), errors.Is(err, errTooLarge):
-			return err
-		case connEnded(err):
-			return fmt.Errorf("%w: the connection ended inside the request body", errClientGone)
-		}
-		// fasthttp's error text quotes what it could not parse (a trailer line, a chunk
-		// size): never sent back, nor logged.
-		if declared == -1 {
-			return bodyErr("cannot read the request body: its chunked encoding is malformed (a chunk size, a CRLF or a trailer line)")
-		}
-		return bodyErr("cannot read the request body")
-	}
-	r.bodyDone = true
-	if declared >= 0 && int64(len(body)) < declared {
-		// The stream ends early only when the connection does: the client left (or shut
-		// its sending side, which the gateway reads as leaving), and reads no answer.
-		return fmt.Errorf("%w: the connection ended after %d of the body's %d bytes", errClientGone, len(body), declared)
-	}
-	switch enc := h.Peek(fasthttp.HeaderContentEncoding); {
-	case len(enc) == 0, bytes.EqualFold(enc, []byte("identity")):
-	case bytes.EqualFold(enc, []byte("gzip")), bytes.EqualFold(enc, []byte("x-gzip")):
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return bodyErr("cannot decompress the gzip body: %v", err)
-		}
-		if r.inflated == nil {
-			r.inflated = s.bodyBufs.get()
-		}
-		if body, err = r.readAll(zr, -1, &r.inflated); err != nil {
-			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
-				return err
-			}
-			return bodyErr("cannot decompress the gzip body: %v", err)
-		}
-	case bytes.EqualFold(enc, []byte("deflate")):
-		// RFC 9110's deflate is zlib-wrapped; some clients send raw deflate: try zlib first.
-		if r.inflated == nil {
-			r.inflated = s.bodyBufs.get()
-		}
-		out, err := r.readAll(zlibOrFlate(body), -1, &r.inflated)
-		if err != nil {
-			if errors.Is(err, errBodyTooLarge) || errors.Is(err, errOverloaded) || errors.Is(err, errTooLarge) {
-				return err
-			}
-			return bodyErr("cannot decompress the deflate body: %v", err)
-		}
-		body = out
-	default:
-		return fmt.Errorf("%w: Content-Encoding %q is not supported (gzip, deflate or none)", errUnsupportedMedia, truncate(string(enc), 40))
-	}
-	r.body = body
-	return nil
-}
-
-// discardBody reads and drops what is left of a refused request's body, so that the client,
-// still sending it, reads our answer instead of a connection reset (a close with unread
-// data resets the connection). A body declared over server.max_body_bytes, one whose reading
-// failed, or one that stops arriving, is not waited for: the connection is closed after the
-// answer.
-func (s *Server) discardBody(r *request, cause error) {
-	if r.bodyBad || errors.Is(cause, errBodyTooLarge) {
-		// Too much to read, or a stream that failed (a malformed chunk size, a timeout, a
-		// reset): reading on would take what follows for a chunk header and wait for
-		// read_timeout. The connection closes by lingering instead.
-		lingerOnClose(r.fc)
-		return
-	}
-	s.drainBody(r.fc)
-}
-
-// drainBody reads and drops the body of a request answered without reading it (a refusal,
-// an unknown model or path), within server.max_body_bytes; fasthttp itself would drop only
-// 256 KiB and reset the rest under the client.
-func (s *Server) drainBody(fc *fasthttp.RequestCtx) {
-	if int64(fc.Request.Header.ContentLength()) > s.opts.MaxBodyBytes {
-		lingerOnClose(fc)
-		return
-	}
-	stream := fc.RequestBodyStream()
-	if stream == nil {
-		return
-	}
-	buf, put := drainBuffer()
-	defer put()
-	if c, ok := fc.Conn().(*conn); ok {
-		c.discard = buf // what the stream reads into buf is dropped in the kernel
-		defer func() { c.discard = nil }()
-	}
-	var n int64
-	empty := 0
-	for n <= s.opts.MaxBodyBytes {
-		k, err := stream.Read(buf)
-		n += int64(k)
-		if err == io.EOF {
-			break
-		}
-		if k == 0 && err == nil {
-			empty++
-		} else {
-			empty = 0
-		}
-		if err != nil || empty >= 100 { // 100 empty reads: no progress (as bufio decides)
-			lingerOnClose(fc)
-			return
-		}
-	}
-	if n > s.opts.MaxBodyBytes {
-		lingerOnClose(fc)
-	}
-}
-
-// drainBody reads a refused body drainChunk at a time (io.Discard's 8 KiB took 38 read calls
-// for the article's 310 KB body; a loopback segment is 64 KiB). At most drainBig such buffers
-// are in use at once, 2 MiB (a slow client can hold one until the read timeout, and every
-// connection may be draining); beyond them a drain reads drainSmall at a time.
-const (
-	drainChunk = 64 << 10
-	drainSmall = 8 << 10
-	drainBig   = 32
-)
-
-var (
-	drainSlots     = make(chan struct{}, drainBig)
-	drainBigBufs   = sync.Pool{New: func() any { return new([drainChunk]byte) }}
-	drainSmallBufs = sync.Pool{New: func() any { return new([drainSmall]byte) }}
-)
-
-// drainBuffer returns a buffer for drainBody and the function that gives it back.
-func drainBuffer() ([]byte, func()) {
-	select {
-	case drainSlots <- struct{}{}:
-		b := drainBigBufs.Get().(*[drainChunk]byte)
-		return b[:], func() { drainBigBufs.Put(b); <-drainSlots }
-	default:
-		b := drainSmallBufs.Get().(*[drainSmall]byte)
-		return b[:], func() { drainSmallBufs.Put(b) }
-	}
-}
-
 // bodyChunk is the first reservation for a body, and the smallest growth.
 const bodyChunk = 64 << 10
-
-// connEnded reports whether a body read failed because the connection ended (closed or reset
-// by the client) rather than because of what the client sent.
-func connEnded(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
 
 // readAll reads src to its end into *buf, growing it (doubling from bodyChunk, up to the
 // declared length when there is one) as bytes arrive; each growth is taken from the memory
@@ -630,17 +395,8 @@ func (r *request) readAll(src io.Reader, declared int64, buf *[]byte) ([]byte, e
 	}
 }
 
-// zlibOrFlate reads a zlib stream, or a raw deflate stream when the data has no zlib header.
-func zlibOrFlate(b []byte) io.Reader {
-	if len(b) >= 2 && b[0]&0x0f == 8 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0 {
-		if zr, err := zlib.NewReader(bytes.NewReader(b)); err == nil {
-			return zr
-		}
-	}
-	return flate.NewReader(bytes.NewReader(b))
-}
-
-// fail writes the answer to a failed request and returns its status and reason.
+// fail answers a failed request, through its transport, and returns its status and reason
+// (classify's).
 func (s *Server) fail(r *request, err error) (int, string) {
 	if errors.Is(err, context.Canceled) && r.rctx != nil {
 		if cause := context.Cause(r.rctx); cause != nil {
@@ -648,28 +404,23 @@ func (s *Server) fail(r *request, err error) (int, string) {
 		}
 	}
 	status, reason := s.classify(err)
-	fc := r.fc
 	switch reason {
 	case reasonCanceled:
 		// The client closed its connection (or its sending side) while the request waited:
-		// it is dropped unanswered and the connection closed without a response.
-		fc.HijackSetNoResponse(true)
-		fc.Hijack(func(net.Conn) {})
+		// it is dropped unanswered.
+		r.t.abandon(r)
 		return status, reason
 	case reasonInternal:
 		s.log.Error("inference failed", "model", r.m.name, "err", err)
 	}
 	msg := err.Error()
 	switch {
-	case reason == reasonTimeout && status == fasthttp.StatusGatewayTimeout:
+	case reason == reasonTimeout && status == http.StatusGatewayTimeout:
 		msg = "the request's deadline passed before it could be answered (X-Request-Timeout or batching.default_timeout)"
 	case reason == reasonDraining && !errors.Is(err, errDraining):
 		// The batcher's "closed": the drain ran out of server.shutdown_timeout.
 		msg = "gateway: draining: the server is shutting down and dropped the requests still queued; retry"
 	}
-	if retryable(reason) {
-		fc.Response.Header.Set("Retry-After", s.retryAfter)
-	}
-	writeError(fc, status, msg)
+	r.t.fail(r, status, msg, retryable(reason))
 	return status, reason
 }

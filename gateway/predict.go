@@ -6,10 +6,19 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
+
+// DecodeJSONImage decodes the article's request body, {"image": "<base64>"}, into dst (grown
+// as needed; scratch is a second reusable buffer) and returns the image bytes and the buffers
+// for reuse. It is what /predict/ does with a JSON body; exported for benchmarks that measure
+// the same work without HTTP.
+func DecodeJSONImage(body, dst, scratch []byte) (img, scratchOut []byte, err error) {
+	return wire.DecodeJSONImage(body, dst, scratch)
+}
 
 // predictAPI is the article's front end: POST /predict/ (and /models/{name}/predict) with a
 // JSON body {"image": "<base64>"} or a raw image body; the answer is {"prediction": label},
@@ -34,7 +43,7 @@ func (predictAPI) parse(r *request) error {
 // imageBytes returns the encoded image of a predict request: the body itself for image or
 // octet-stream bodies, the decoded "image" field for JSON bodies.
 func (r *request) imageBytes() ([]byte, error) {
-	ct := r.fc.Request.Header.ContentType()
+	ct := r.http.fc.Request.Header.ContentType()
 	if i := bytes.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
@@ -43,9 +52,9 @@ func (r *request) imageBytes() ([]byte, error) {
 	switch {
 	case len(ct) == 0 && len(body) > 0 && (body[0] == '{' || body[0] == ' ' || body[0] == '\n'),
 		bytes.EqualFold(ct, []byte("application/json")):
-		field, err := extractJSONField(body, "image")
+		field, err := wire.JSONField(body, "image")
 		if err == nil {
-			field, err = stripDataURL(field)
+			field, err = wire.StripDataURL(field)
 		}
 		if err != nil {
 			return nil, err
@@ -56,7 +65,7 @@ func (r *request) imageBytes() ([]byte, error) {
 		if r.img == nil {
 			r.img = r.s.imageBufs.get()
 		}
-		img, scratch, err := decodeBase64Budget(r.img, r.scratch, field, r.reserve)
+		img, scratch, err := wire.DecodeBase64(r.img, r.scratch, field, r.reserve)
 		r.scratch = scratch
 		if err != nil {
 			return nil, err
@@ -68,21 +77,21 @@ func (r *request) imageBytes() ([]byte, error) {
 	case len(ct) >= len("image/") && bytes.EqualFold(ct[:len("image/")], []byte("image/")), // media types ignore case
 		bytes.EqualFold(ct, []byte("application/octet-stream")), len(ct) == 0:
 		if len(body) == 0 {
-			return nil, bodyErr("the request body is empty")
+			return nil, wire.Malformed("the request body is empty")
 		}
 		return body, nil
 	}
 	return nil, fmt.Errorf("%w: Content-Type %q is not supported; send application/json "+
 		"{\"image\": \"<base64>\"}, image/jpeg, image/png, image/webp or application/octet-stream",
-		errUnsupportedMedia, truncate(string(ct), 60))
+		errUnsupportedMedia, wire.Truncate(string(ct), 60))
 }
 
 func (predictAPI) decodes() bool { return true }
 
 func (predictAPI) write(r *request) error {
 	r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.scores(0), r.topK)
-	r.fc.SetContentType("application/json")
-	r.fc.SetBody(r.out)
+	r.http.fc.SetContentType("application/json")
+	r.http.fc.SetBody(r.out)
 	return nil
 }
 
@@ -95,7 +104,7 @@ func appendPrediction(b []byte, labels []string, scores []float32, topK int) []b
 		}
 	}
 	b = append(b, `{"prediction":`...)
-	b = appendJSONString(b, labels[best])
+	b = wire.AppendJSONString(b, labels[best])
 	if topK > 0 {
 		b = append(b, `,"top_k":[`...)
 		probs := softmax(scores)
@@ -107,23 +116,14 @@ func appendPrediction(b []byte, labels []string, scores []float32, topK int) []b
 			b = append(b, `{"index":`...)
 			b = strconv.AppendInt(b, int64(i), 10)
 			b = append(b, `,"label":`...)
-			b = appendJSONString(b, labels[i])
+			b = wire.AppendJSONString(b, labels[i])
 			b = append(b, `,"score":`...)
-			b = appendJSONFloat(b, probs[i])
+			b = wire.AppendJSONFloat(b, probs[i])
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
 	return append(b, '}')
-}
-
-// appendJSONFloat appends v, or null for NaN and ±Inf (which JSON cannot hold; a model output
-// may).
-func appendJSONFloat(b []byte, v float64) []byte {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return append(b, "null"...)
-	}
-	return strconv.AppendFloat(b, v, 'g', 6, 64)
 }
 
 func softmax(scores []float32) []float64 {
@@ -163,38 +163,6 @@ func topIndices[F float32 | float64](p []F, k int) []int {
 	return idx
 }
 
-// appendJSONString appends s as a JSON string (invalid UTF-8 replaced).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, "\ufffd"...)
-			} else {
-				b = append(b, s[i:i+size]...)
-			}
-			i += size - 1
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
 func writeJSONRaw(ctx *fasthttp.RequestCtx, status int, body string) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
@@ -206,7 +174,7 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	b := []byte(`{"error":`)
-	b = appendJSONString(b, msg)
+	b = wire.AppendJSONString(b, msg)
 	b = append(b, '}')
 	ctx.SetBody(b)
 }

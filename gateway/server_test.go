@@ -29,6 +29,8 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/netx"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -298,7 +300,7 @@ func TestClassifyMapsEveryError(t *testing.T) {
 		status int
 		reason string
 	}{
-		{bodyErr("x"), 400, reasonBadInput},
+		{wire.Malformed("x"), 400, reasonBadInput},
 		{fmt.Errorf("y: %w", preprocess.ErrBadImage), 400, reasonBadInput},
 		{preprocess.ErrUnsupportedFormat, 415, reasonBadInput},
 		{errUnsupportedMedia, 415, reasonBadInput},
@@ -443,19 +445,19 @@ func TestMemoryBudgetRefusesAtOnce(t *testing.T) {
 	o.MaxInflightBytes = 8 << 20
 	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 	s := ts.s
-	if !s.mem.reserve(8<<20 - 1000) { // held by "other requests"
+	if !s.mem.Reserve(8<<20 - 1000) { // held by "other requests"
 		t.Fatal("reserve")
 	}
 	r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1))
 	if r.status != 503 || r.header["Retry-After"] == "" || !strings.Contains(string(r.body), "max_inflight_bytes") {
 		t.Fatalf("budget exhausted: %d %v %s", r.status, r.header, r.body)
 	}
-	s.mem.release(8<<20 - 1000)
+	s.mem.Release(8<<20 - 1000)
 	if r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1)); r.status != 200 {
 		t.Fatalf("budget free: %d %s", r.status, r.body)
 	}
-	if s.mem.used.Load() != 0 {
-		t.Fatalf("%d bytes still reserved after every request finished", s.mem.used.Load())
+	if s.mem.Used() != 0 {
+		t.Fatalf("%d bytes still reserved after every request finished", s.mem.Used())
 	}
 	if v := ts.metric(`gateway_refusals_total{stage="memory"}`); v != 1 {
 		t.Errorf("refusals{memory} = %v", v)
@@ -658,43 +660,6 @@ func waitUntil(t *testing.T, cond func() bool) {
 
 func newGzip(w *bytes.Buffer) *gzip.Writer { return gzip.NewWriter(w) }
 
-// TestListenerCloseServesBacklog: connections that completed their handshake before the
-// listener closed (waiting in the kernel's backlog) are accepted and served, not reset.
-func TestListenerCloseServesBacklog(t *testing.T) {
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := newConnTracker(16, newMetricsRegistry())
-	l := tr.listen(tcp, "1")
-	var clients []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", tcp.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		clients = append(clients, c)
-	}
-	time.Sleep(50 * time.Millisecond) // the handshakes complete into the backlog
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range clients {
-		c, err := l.Accept()
-		if err != nil {
-			t.Fatalf("backlog connection %d: %v", i, err)
-		}
-		c.Close()
-	}
-	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("after the backlog: %v", err)
-	}
-	if _, err := net.Dial("tcp", tcp.Addr().String()); err == nil {
-		t.Fatal("a new connection was accepted after Close")
-	}
-}
-
 // TestSlowDecodesDoNotShedTightDeadlines: after a few images that took seconds to decode (a
 // progressive JPEG with hundreds of scans), a request with a 200 ms deadline on an idle server
 // is still served: the outliers barely move the decode-time average, and an idle decode
@@ -709,10 +674,10 @@ func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
 		}
 	}
 	for range 3 { // three decodes of 2 s each, as the gate sees them
-		if err := ts.s.gate.acquire(context.Background(), time.Now().Add(time.Hour), 0, false, 0); err != nil {
+		if err := ts.s.gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, false, 0); err != nil {
 			t.Fatal(err)
 		}
-		ts.s.gate.release(0, false, 2*time.Second)
+		ts.s.gate.Release(0, false, 2*time.Second)
 	}
 	for range 5 {
 		if r := ts.do("POST", "/models/m/predict", "image/png", img, "X-Request-Timeout", "200"); r.status != 200 {
@@ -1218,11 +1183,11 @@ func noisePNG(t testing.TB, w, h int) []byte {
 // max_body_bytes is not read, and its connection is closed after the answer.
 func TestRefusedBodiesAreDrained(t *testing.T) {
 	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
-	// drainBig+8 slow clients, each stopped half way through a refused body: every large drain
+	// netx.BigDrainBuffers+8 slow clients, each stopped half way through a refused body: every large drain
 	// buffer is taken.
 	const slowHalf = 200 << 10
 	var slow []net.Conn
-	for range drainBig + 8 {
+	for range netx.BigDrainBuffers + 8 {
 		c, err := ts.ln.Dial()
 		if err != nil {
 			t.Fatal(err)
@@ -1232,7 +1197,7 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 		go c.Write(bytes.Repeat([]byte("s"), slowHalf))
 		slow = append(slow, c)
 	}
-	waitUntil(t, func() bool { return len(drainSlots) == drainBig })
+	waitUntil(t, func() bool { return ts.s.conns.BigDrains() == netx.BigDrainBuffers })
 	c, err := ts.ln.Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -1284,7 +1249,7 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 			t.Fatalf("a slow client's refused body: %v %v", r, err)
 		}
 	}
-	waitUntil(t, func() bool { return len(drainSlots) == 0 })
+	waitUntil(t, func() bool { return ts.s.conns.BigDrains() == 0 })
 }
 
 // TestQueuedImagesHoldBytes: a float32 model's queued image holds a byte per input value of

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -116,18 +117,14 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		return
 	}
 	defer m.done()
+	if (tail == "" || tail == "ready" || tail == "config") && !isGet {
+		s.methodNotAllowed(ctx, "GET")
+		return
+	}
 	switch tail {
 	case "":
-		if !isGet {
-			s.methodNotAllowed(ctx, "GET")
-			return
-		}
 		s.modelMetadata(ctx, m, tensorOnly)
 	case "ready":
-		if !isGet {
-			s.methodNotAllowed(ctx, "GET")
-			return
-		}
 		ready := s.ready.Load() && !m.closing.Load()
 		status := 200
 		if !ready {
@@ -135,10 +132,6 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		}
 		s.writeJSON(ctx, status, map[string]any{"name": m.name + map[bool]string{true: tensorSuffix}[tensorOnly], "ready": ready})
 	case "config":
-		if !isGet {
-			s.methodNotAllowed(ctx, "GET")
-			return
-		}
 		s.modelConfig(ctx, m, tensorOnly)
 	case "infer":
 		if !ctx.IsPost() {
@@ -227,42 +220,10 @@ func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 // v2API is the Open Inference Protocol's inference front end.
 type v2API struct{ tensorOnly bool }
 
-// Limits of an inference request's JSON header.
-const (
-	maxIDBytes   = 256
-	maxNameBytes = 256
-	maxDims      = 8
-	maxOutputs   = 8
-)
-
 // v2State is an inference request as parsed (pooled with the request).
 type v2State struct {
-	id           []byte
-	hasID        bool
-	binaryOutput bool
-	inputs       int
-	in           v2Input
-	outs         []v2Output
-	binaryBody   []byte // the binary part of the body
-}
-
-type v2Input struct {
-	name, datatype []byte
-	shape          [maxDims]int64
-	ndim           int
-	data           []byte // the raw JSON value of "data"
-	binarySize     int64
-	hasBinary      bool
-}
-
-type v2Output struct {
-	name           []byte
-	binary         int8 // -1 unset, 0 false, 1 true
-	classification int
-}
-
-func (v v2State) reset() v2State {
-	return v2State{id: v.id[:0], outs: v.outs[:0], in: v2Input{name: v.in.name[:0], datatype: v.in.datatype[:0]}}
+	wire.InferRequest
+	binaryBody []byte // the binary part of the body
 }
 
 // decodes is false: a v2 request is as often a tensor as images (the decode gate still judges
@@ -273,7 +234,7 @@ func (a v2API) parse(r *request) error {
 	err := a.parseBody(r)
 	// The samples hold what the request needs (the id and output names are copies): its body
 	// and image buffers go back before it waits for its batch.
-	r.v2.binaryBody, r.v2.in.data = nil, nil
+	r.v2.binaryBody, r.v2.In.Data = nil, nil
 	r.dropBody()
 	r.dropImage()
 	return err
@@ -283,67 +244,67 @@ func (a v2API) parseBody(r *request) error {
 	v := &r.v2
 	body := r.body
 	hdr := body
-	if h := r.fc.Request.Header.Peek("Inference-Header-Content-Length"); h != nil {
+	if h := r.http.fc.Request.Header.Peek("Inference-Header-Content-Length"); h != nil {
 		n, err := parseCount(h)
 		if err != nil || n > len(body) {
-			return bodyErr("Inference-Header-Content-Length is %q; the body has %d bytes", truncate(string(h), 20), len(body))
+			return wire.Malformed("Inference-Header-Content-Length is %q; the body has %d bytes", wire.Truncate(string(h), 20), len(body))
 		}
 		hdr, v.binaryBody = body[:n], body[n:]
 	}
-	if err := v.parseHeader(hdr); err != nil {
+	if err := v.Parse(hdr); err != nil {
 		return err
 	}
 	m := r.m
-	in := &v.in
-	if v.inputs != 1 {
-		return bodyErr("the model takes one input (%q), the request has %d", m.inputName, v.inputs)
+	in := &v.In
+	if v.Inputs != 1 {
+		return wire.Malformed("the model takes one input (%q), the request has %d", m.inputName, v.Inputs)
 	}
-	if string(in.name) != m.inputName {
-		return bodyErr("unknown input %q (the model's input is %q)", truncate(string(in.name), 60), m.inputName)
+	if string(in.Name) != m.inputName {
+		return wire.Malformed("unknown input %q (the model's input is %q)", wire.Truncate(string(in.Name), 60), m.inputName)
 	}
-	for i := range v.outs {
-		o := &v.outs[i]
-		if string(o.name) != m.outputName {
-			return bodyErr("unknown output %q (the model's output is %q)", truncate(string(o.name), 60), m.outputName)
+	for i := range v.Outs {
+		o := &v.Outs[i]
+		if string(o.Name) != m.outputName {
+			return wire.Malformed("unknown output %q (the model's output is %q)", wire.Truncate(string(o.Name), 60), m.outputName)
 		}
 		if i > 0 {
 			// Triton refuses a second request for the same output, and its clients find a
 			// binary output's bytes by name: two outputs of one name would be read one as
 			// the other. Classes carry their scores ("<score>:<index>:<label>").
-			return bodyErr("output %q is requested twice; request it once, as scores or with parameters.classification as classes (each class carries its score)", m.outputName)
+			return wire.Malformed("output %q is requested twice; request it once, as scores or with parameters.classification as classes (each class carries its score)", m.outputName)
 		}
-		if o.classification > m.classes {
-			o.classification = m.classes // as Triton: the top k, k at most the classes there are
+		if o.Classification > m.classes {
+			o.Classification = m.classes // as Triton: the top k, k at most the classes there are
 		}
 	}
-	if in.ndim == 0 || in.shape[0] < 1 {
-		return bodyErr("input shape %v: want [n, ...] with n >= 1", in.shape[:in.ndim])
+	if in.NDim == 0 || in.Shape[0] < 1 {
+		return wire.Malformed("input shape %v: want [n, ...] with n >= 1", in.Shape[:in.NDim])
 	}
-	if limit := int64(m.maxBatch * m.instances); in.shape[0] > limit {
-		return bodyErr("input has %d samples; at most %d per request (batching.max_batch_size x runtime.instances)", in.shape[0], limit)
+	if limit := int64(m.maxBatch * m.instances); in.Shape[0] > limit {
+		return wire.Malformed("input has %d samples; at most %d per request (batching.max_batch_size x runtime.instances)", in.Shape[0], limit)
 	}
-	n := int(in.shape[0])
+	n := int(in.Shape[0])
 	// The data: JSON "data", or binary_data_size bytes after the JSON header.
-	if in.hasBinary == (in.data != nil) {
-		return bodyErr("input %q needs exactly one of \"data\" and parameters.binary_data_size", m.inputName)
+	if in.HasBinary == (in.Data != nil) {
+		return wire.Malformed("input %q needs exactly one of \"data\" and parameters.binary_data_size", m.inputName)
 	}
-	if in.hasBinary && in.binarySize != int64(len(v.binaryBody)) {
-		return bodyErr("input binary_data_size is %d; %d bytes follow the JSON header", in.binarySize, len(v.binaryBody))
+	if in.HasBinary && in.BinarySize != int64(len(v.binaryBody)) {
+		return wire.Malformed("input binary_data_size is %d; %d bytes follow the JSON header", in.BinarySize, len(v.binaryBody))
 	}
-	if !in.hasBinary && len(v.binaryBody) > 0 {
-		return bodyErr("%d bytes follow the JSON header but no input has parameters.binary_data_size", len(v.binaryBody))
+	if !in.HasBinary && len(v.binaryBody) > 0 {
+		return wire.Malformed("%d bytes follow the JSON header but no input has parameters.binary_data_size", len(v.binaryBody))
 	}
-	dt := string(in.datatype)
+	dt := string(in.Datatype)
 	switch {
 	case dt == "BYTES" && !a.tensorOnly:
-		if in.ndim > 2 || in.ndim == 2 && in.shape[1] != 1 {
-			return bodyErr("BYTES input shape %v: want [n] or [n, 1] (one encoded image per element)", in.shape[:in.ndim])
+		if in.NDim > 2 || in.NDim == 2 && in.Shape[1] != 1 {
+			return wire.Malformed("BYTES input shape %v: want [n] or [n, 1] (one encoded image per element)", in.Shape[:in.NDim])
 		}
 		return r.decodeImages(n)
 	case dt == m.datatype:
 		want := append([]int64{int64(n)}, m.shape...)
-		if !equalShape(in.shape[:in.ndim], want) {
-			return bodyErr("%s input shape %v, the model takes [n %s] (n samples; %v for this request's first dimension)", dt, in.shape[:in.ndim], strings.Trim(fmt.Sprint(m.shape), "[]"), want)
+		if !equalShape(in.Shape[:in.NDim], want) {
+			return wire.Malformed("%s input shape %v, the model takes [n %s] (n samples; %v for this request's first dimension)", dt, in.Shape[:in.NDim], strings.Trim(fmt.Sprint(m.shape), "[]"), want)
 		}
 		if err := r.expect(n); err != nil {
 			return err
@@ -352,49 +313,41 @@ func (a v2API) parseBody(r *request) error {
 		if err != nil {
 			return err
 		}
-		if in.hasBinary {
-			if want := int64(n) * m.rowBytes(); in.binarySize != want {
-				return bodyErr("binary_data_size is %d; shape %v of %s needs %d bytes", in.binarySize, in.shape[:in.ndim], dt, want)
+		if in.HasBinary {
+			if want := int64(n) * m.rowBytes(); in.BinarySize != want {
+				return wire.Malformed("binary_data_size is %d; shape %v of %s needs %d bytes", in.BinarySize, in.Shape[:in.NDim], dt, want)
 			}
 			return samples.tensorBinary(v.binaryBody)
 		}
-		return samples.tensorJSON(in.data)
+		return samples.tensorJSON(in.Data)
 	case a.tensorOnly:
-		return bodyErr("input datatype %q: %s%s takes %s of shape %v", truncate(dt, 20), m.name, tensorSuffix, m.datatype, append([]int64{-1}, m.shape...))
+		return wire.Malformed("input datatype %q: %s%s takes %s of shape %v", wire.Truncate(dt, 20), m.name, tensorSuffix, m.datatype, append([]int64{-1}, m.shape...))
 	}
-	return bodyErr("input datatype %q: %s takes BYTES (encoded images) or %s of shape %v", truncate(dt, 20), m.name, m.datatype, append([]int64{-1}, m.shape...))
+	return wire.Malformed("input datatype %q: %s takes BYTES (encoded images) or %s of shape %v", wire.Truncate(dt, 20), m.name, m.datatype, append([]int64{-1}, m.shape...))
 }
 
 // decodeImages decodes a BYTES input of n encoded images into n samples. Elements are counted
 // (and, in binary, sized) before any is decoded; each is decoded into the request's one image
 // buffer, so only the body and the rows are held.
 func (r *request) decodeImages(n int) error {
-	in := &r.v2.in
+	in := &r.v2.In
 	var next func() ([]byte, error)
-	if in.hasBinary {
+	if in.HasBinary {
 		raw := r.v2.binaryBody
-		count := 0
-		for p := raw; len(p) > 0; count++ {
-			if len(p) < 4 {
-				return bodyErr("binary BYTES data: element %d has a truncated length", count)
-			}
-			l := binary.LittleEndian.Uint32(p)
-			if uint64(l) > uint64(len(p)-4) {
-				return bodyErr("binary BYTES data: element %d declares %d bytes, %d remain", count, l, len(p)-4)
-			}
-			p = p[4+l:]
+		count, err := wire.CountBytesElements(raw)
+		if err != nil {
+			return err
 		}
 		if count != n {
-			return bodyErr("BYTES input shape says %d elements, the binary data holds %d", n, count)
+			return wire.Malformed("BYTES input shape says %d elements, the binary data holds %d", n, count)
 		}
 		next = func() ([]byte, error) {
-			l := binary.LittleEndian.Uint32(raw)
-			e := raw[4 : 4+l]
-			raw = raw[4+l:]
+			var e []byte
+			e, raw = wire.NextBytesElement(raw)
 			return e, nil
 		}
 	} else {
-		strs, err := jsonStrings(in.data, n)
+		strs, err := wire.JSONStrings(in.Data, n)
 		if err != nil {
 			return err
 		}
@@ -409,14 +362,14 @@ func (r *request) decodeImages(n int) error {
 		next = func() ([]byte, error) {
 			s := strs[0]
 			strs = strs[1:]
-			f, err := stripDataURL(s)
+			f, err := wire.StripDataURL(s)
 			if err != nil {
 				return nil, err
 			}
 			if r.img == nil {
 				r.img = r.s.imageBufs.get()
 			}
-			img, scratch, err := decodeBase64Budget(r.img, r.scratch, f, r.reserve)
+			img, scratch, err := wire.DecodeBase64(r.img, r.scratch, f, r.reserve)
 			r.scratch = scratch
 			if err == nil {
 				r.img = img
@@ -458,30 +411,30 @@ func equalShape(a, b []int64) bool {
 func (a v2API) write(r *request) error {
 	v, m := &r.v2, r.m
 	n := r.samples.len()
-	outs := v.outs
+	outs := v.Outs
 	if len(outs) == 0 {
-		outs = append(outs, v2Output{name: []byte(m.outputName), binary: -1})
+		outs = append(outs, wire.Output{Name: []byte(m.outputName), Binary: -1})
 	}
 	b := r.out[:0]
 	var bin []byte
 	b = append(b, `{"model_name":`...)
-	b = appendJSONString(b, m.name+map[bool]string{true: tensorSuffix}[a.tensorOnly])
+	b = wire.AppendJSONString(b, m.name+map[bool]string{true: tensorSuffix}[a.tensorOnly])
 	b = append(b, `,"model_version":`...)
-	b = appendJSONString(b, m.version)
-	if v.hasID {
+	b = wire.AppendJSONString(b, m.version)
+	if v.HasID {
 		b = append(b, `,"id":`...)
-		b = appendJSONString(b, string(v.id))
+		b = wire.AppendJSONString(b, string(v.ID))
 	}
 	b = append(b, `,"outputs":[`...)
 	for oi, o := range outs {
 		if oi > 0 {
 			b = append(b, ',')
 		}
-		binaryOut := o.binary == 1 || o.binary == -1 && v.binaryOutput
+		binaryOut := o.Binary == 1 || o.Binary == -1 && v.BinaryOutput
 		b = append(b, `{"name":`...)
-		b = appendJSONString(b, m.outputName)
+		b = wire.AppendJSONString(b, m.outputName)
 		start := len(bin)
-		if k := o.classification; k > 0 {
+		if k := o.Classification; k > 0 {
 			b = append(b, `,"datatype":"BYTES","shape":[`...)
 			b = strconv.AppendInt(b, int64(n), 10)
 			b = append(b, ',')
@@ -493,14 +446,13 @@ func (a v2API) write(r *request) error {
 				for _, idx := range topIndices(sc, k) {
 					e := classString(sc[idx], idx, m.labels[idx])
 					if binaryOut {
-						bin = binary.LittleEndian.AppendUint32(bin, uint32(len(e)))
-						bin = append(bin, e...)
+						bin = wire.AppendBytesElement(bin, []byte(e))
 						continue
 					}
 					if len(data) > 0 {
 						data = append(data, ',')
 					}
-					data = appendJSONString(data, e)
+					data = wire.AppendJSONString(data, e)
 				}
 			}
 			if !binaryOut {
@@ -527,7 +479,7 @@ func (a v2API) write(r *request) error {
 						if i > 0 || j > 0 {
 							b = append(b, ',')
 						}
-						b = appendJSONFloat32(b, f)
+						b = wire.AppendJSONFloat32(b, f)
 					}
 				}
 				b = append(b, ']')
@@ -541,8 +493,8 @@ func (a v2API) write(r *request) error {
 		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
-	fc := r.fc
-	if len(bin) > 0 || hasBinaryOutput(outs, v.binaryOutput) {
+	fc := r.http.fc
+	if len(bin) > 0 || hasBinaryOutput(outs, v.BinaryOutput) {
 		fc.Response.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(b)))
 		fc.SetContentType("application/octet-stream")
 		b = append(b, bin...)
@@ -554,9 +506,9 @@ func (a v2API) write(r *request) error {
 	return nil
 }
 
-func hasBinaryOutput(outs []v2Output, def bool) bool {
+func hasBinaryOutput(outs []wire.Output, def bool) bool {
 	for _, o := range outs {
-		if o.binary == 1 || o.binary == -1 && def {
+		if o.Binary == 1 || o.Binary == -1 && def {
 			return true
 		}
 	}
@@ -567,199 +519,4 @@ func hasBinaryOutput(outs []v2Output, def bool) bool {
 // writes it, as Triton does), the class index and its label.
 func classString(v float32, idx int, label string) string {
 	return strconv.FormatFloat(float64(v), 'f', 6, 32) + ":" + strconv.Itoa(idx) + ":" + label
-}
-
-func appendJSONFloat32(b []byte, f float32) []byte {
-	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-		return append(b, "null"...)
-	}
-	return strconv.AppendFloat(b, float64(f), 'g', -1, 32)
-}
-
-// parseHeader reads the inference request's JSON header strictly, within its limits: one
-// pass, no value kept but the fields below (the input's "data" as its raw span).
-func (v *v2State) parseHeader(b []byte) error {
-	p := jsonScanner{b: b}
-	var seen uint16
-	return p.object(func(key []byte, esc bool) error {
-		switch {
-		case keyEquals(key, esc, "id"):
-			if err := once(&seen, 1, "id"); err != nil {
-				return err
-			}
-			s, err := p.stringValue(maxIDBytes, "id")
-			if err != nil {
-				return err
-			}
-			v.id, v.hasID = append(v.id[:0], s...), true
-		case keyEquals(key, esc, "parameters"):
-			if err := once(&seen, 2, "parameters"); err != nil {
-				return err
-			}
-			var pseen uint16
-			return p.object(func(k []byte, esc bool) error {
-				if keyEquals(k, esc, "binary_data_output") {
-					if err := once(&pseen, 1, "parameters.binary_data_output"); err != nil {
-						return err
-					}
-					b, err := p.boolValue("parameters.binary_data_output")
-					v.binaryOutput = b
-					return err
-				}
-				return p.skipValue(0)
-			}, false)
-		case keyEquals(key, esc, "inputs"):
-			if err := once(&seen, 4, "inputs"); err != nil {
-				return err
-			}
-			return p.array(func() error {
-				v.inputs++
-				if v.inputs > 1 {
-					return p.skipValue(0) // counted; the model takes one
-				}
-				return v.parseInput(&p)
-			})
-		case keyEquals(key, esc, "outputs"):
-			if err := once(&seen, 8, "outputs"); err != nil {
-				return err
-			}
-			return p.array(func() error {
-				if len(v.outs) >= maxOutputs {
-					return bodyErr("more than %d outputs requested", maxOutputs)
-				}
-				v.outs = append(v.outs, v2Output{binary: -1})
-				return v.parseOutput(&p, &v.outs[len(v.outs)-1])
-			})
-		default:
-			return p.skipValue(0)
-		}
-		return nil
-	}, true)
-}
-
-// once marks bit in *seen for a key of the object being read, and refuses the key a second
-// time: which of two values counts is left open by JSON, so the request is ambiguous (the
-// article's API refuses a second "image" likewise).
-func once(seen *uint16, bit uint16, key string) error {
-	if *seen&bit != 0 {
-		return bodyErr("the key %q appears twice", key)
-	}
-	*seen |= bit
-	return nil
-}
-
-func (v *v2State) parseInput(p *jsonScanner) error {
-	in := &v.in
-	var seen uint16
-	return p.object(func(key []byte, esc bool) error {
-		switch {
-		case keyEquals(key, esc, "name"):
-			if err := once(&seen, 1, "inputs[].name"); err != nil {
-				return err
-			}
-			s, err := p.stringValue(maxNameBytes, "input name")
-			in.name = append(in.name[:0], s...)
-			return err
-		case keyEquals(key, esc, "datatype"):
-			if err := once(&seen, 2, "inputs[].datatype"); err != nil {
-				return err
-			}
-			s, err := p.stringValue(16, "datatype")
-			in.datatype = append(in.datatype[:0], s...)
-			return err
-		case keyEquals(key, esc, "shape"):
-			if err := once(&seen, 4, "inputs[].shape"); err != nil {
-				return err
-			}
-			in.ndim = 0
-			return p.array(func() error {
-				if in.ndim == maxDims {
-					return bodyErr("shape has more than %d dimensions", maxDims)
-				}
-				d, err := p.intValue("shape")
-				if err == nil && d < 0 {
-					err = bodyErr("shape dimensions must not be negative, got %d", d)
-				}
-				in.shape[in.ndim] = d
-				in.ndim++
-				return err
-			})
-		case keyEquals(key, esc, "parameters"):
-			if err := once(&seen, 8, "inputs[].parameters"); err != nil {
-				return err
-			}
-			var pseen uint16
-			return p.object(func(k []byte, esc bool) error {
-				if keyEquals(k, esc, "binary_data_size") {
-					if err := once(&pseen, 1, "inputs[].parameters.binary_data_size"); err != nil {
-						return err
-					}
-					d, err := p.intValue("binary_data_size")
-					if err == nil && d < 0 {
-						err = bodyErr("binary_data_size must not be negative")
-					}
-					in.binarySize, in.hasBinary = d, true
-					return err
-				}
-				return p.skipValue(0)
-			}, false)
-		case keyEquals(key, esc, "data"):
-			if err := once(&seen, 16, "inputs[].data"); err != nil {
-				return err
-			}
-			start := p.i
-			if err := p.skipValue(0); err != nil {
-				return err
-			}
-			in.data = p.b[start:p.i]
-			return nil
-		}
-		return p.skipValue(0)
-	}, false)
-}
-
-func (v *v2State) parseOutput(p *jsonScanner, o *v2Output) error {
-	var seen uint16
-	return p.object(func(key []byte, esc bool) error {
-		switch {
-		case keyEquals(key, esc, "name"):
-			if err := once(&seen, 1, "outputs[].name"); err != nil {
-				return err
-			}
-			s, err := p.stringValue(maxNameBytes, "output name")
-			o.name = append(o.name[:0], s...)
-			return err
-		case keyEquals(key, esc, "parameters"):
-			if err := once(&seen, 2, "outputs[].parameters"); err != nil {
-				return err
-			}
-			var pseen uint16
-			return p.object(func(k []byte, esc bool) error {
-				switch {
-				case keyEquals(k, esc, "binary_data"):
-					if err := once(&pseen, 1, "outputs[].parameters.binary_data"); err != nil {
-						return err
-					}
-					b, err := p.boolValue("binary_data")
-					o.binary = 0
-					if b {
-						o.binary = 1
-					}
-					return err
-				case keyEquals(k, esc, "classification"):
-					if err := once(&pseen, 2, "outputs[].parameters.classification"); err != nil {
-						return err
-					}
-					d, err := p.intValue("classification")
-					if err == nil && (d < 1 || d > math.MaxInt32) {
-						err = bodyErr("classification must be a positive count, got %d", d)
-					}
-					o.classification = int(d)
-					return err
-				}
-				return p.skipValue(0)
-			}, false)
-		}
-		return p.skipValue(0)
-	}, false)
 }

@@ -44,11 +44,10 @@ func TestExpandMatchesProcess(t *testing.T) {
 		kernels = kernels[:1]
 		delete(options, "full_decode")
 	}
-	defer func() { vectorKernels = true }()
 	for _, vec := range kernels {
-		vectorKernels = vec
 		for oname, o := range options {
 			p := mustNew(t, o)
+			p.scalar = !vec
 			want := make([]float32, p.SlotLen())
 			got := make([]float32, p.SlotLen())
 			u := make([]uint8, p.SlotLen())

@@ -6,7 +6,6 @@ package preprocess
 #include <stdlib.h>
 #include <string.h>
 #include <setjmp.h>
-#include <malloc.h>
 #include <jpeglib.h>
 #include <jerror.h>
 
@@ -22,8 +21,8 @@ typedef struct {
 	int warnings;   // warnings emitted
 	int truncated;  // a warning said the data ran out (missing rows were padded)
 	char msg[JMSG_LENGTH_MAX]; // the error, or the first warning
-	int measure;    // tests: record the C heap in use at the decode's peak
-	size_t in_use;  // mallinfo2's bytes in use then (all arenas, mmapped blocks included)
+	long long (*heap_probe)(void); // tests: reports the C heap in use, called at the decode's peak
+	long long heap_at_peak;        // what heap_probe reported
 	int scan;       // the input scan last counted
 	long long scan_blocks, max_scan_blocks; // blocks the scans so far cover, and the most allowed
 	volatile int *stop; // during ig_jpeg_decode: non-zero when the caller's context ended
@@ -32,17 +31,16 @@ typedef struct {
 
 // A multi-scan JPEG's scans each cost a pass over the blocks of the components they hold,
 // whatever the DCT scale, and a scan can be a few bytes (one end-of-band run in a progressive
-// file, a few arithmetic-coded bits in a sequential one): 500 of them over a 7000x7000 canvas
-// made a 133 KB file that took 3.3 s of CPU (a normal photo takes 4 ms), and 498 repeats of
-// the luma scan of a sequential arithmetic-coded 7040x7040 file, 10.7 KB, took 6.4 s. So:
+// file, a few arithmetic-coded bits in a sequential one): a small file can take seconds of CPU
+// (docs/internals.md, "JPEG scans are budgeted"). So:
 //   - a sequential file scans each component once (the standard's rule): its scans may cover
 //     the image's blocks once in all;
 //   - a progressive file's scans may pass over the image's blocks IG_MAX_PASSES times in all
 //     (libjpeg's own progression makes about 7 passes by the count below; encoders that
 //     optimize their scans, some 10), or cover IG_FREE_SCAN_BLOCKS blocks (a 4-megapixel image
-//     64 times, some 40 ms of such scans) if that is more. An AC refinement scan visits every
-//     coefficient of its band in every block even in an end-of-band run (4 times the cost of
-//     a first scan over the full band, measured): it counts ceil(band/16) passes;
+//     64 times) if that is more. An AC refinement scan visits every coefficient of its band in
+//     every block even in an end-of-band run (4 times the cost of a first scan over the full
+//     band): it counts ceil(band/16) passes;
 //   - and there are never more than IG_MAX_SCANS scans.
 #define IG_MAX_SCANS 500
 #define IG_MAX_PASSES 64
@@ -242,14 +240,11 @@ static int ig_jpeg_decode_stop(igjpeg *g, int num, int gray, int cmyk, unsigned 
 		if (jpeg_read_scanlines(&g->d, ptr, (JDIMENSION)n) == 0) return 0;
 		*rows = (int)g->d.output_scanline - y0;
 	}
-	if (g->measure) { // before jpeg_finish_decompress or jpeg_abort_decompress frees the image's memory
-		struct mallinfo2 m = mallinfo2();
-		g->in_use = m.uordblks + m.hblkhd;
-	}
+	if (g->heap_probe != NULL) // before jpeg_finish_decompress or jpeg_abort_decompress frees the image's memory
+		g->heap_at_peak = g->heap_probe();
 	if (g->d.output_scanline < g->d.output_height) {
 		// The rows below the window are not decoded: nothing of them is used, and
-		// their entropy decoding is 6 % of the article's photo's, 21 % of a photo
-		// stored portrait and shown landscape. The data must still hold an
+		// their entropy decoding is work for nothing. The data must still hold an
 		// end-of-image marker (a file cut short does not).
 		if (!ig_jpeg_has_eoi(g)) {
 			if (g->warnings++ == 0)
@@ -293,7 +288,7 @@ import (
 
 // JPEG decoding through libjpeg-turbo's libjpeg API.
 //
-// Every image gets a decompressor of its own, destroyed after it (about 1 µs,
+// Every image gets a decompressor of its own, destroyed after it (a microsecond,
 // BenchmarkJPEGDecompressorNew, against milliseconds for the decode). A
 // libjpeg decompressor keeps state from one image to the next by design: the
 // quantization and Huffman tables of an earlier stream serve a later
@@ -540,8 +535,8 @@ func (p *Preprocessor) decodeJPEG(data []byte, s *scratch, out sink) error {
 // orients it (into s.rot), and frees the decompressor.
 func (p *Preprocessor) decodeJPEGWindow(d *jpegDecoder, pl *jpegPlan, win *jpegWindow, s *scratch) (source, error) {
 	cw, rh, bpp := win.cw, win.y1-win.y0, pl.bpp
-	if jpegMemHook != nil {
-		d.g.measure = 1
+	if p.cHeapProbe != nil {
+		d.g.heap_probe = (*[0]byte)(p.cHeapProbe)
 	}
 	s.dec = s.buf(cw * rh * bpp)
 	buf := *s.dec
@@ -567,8 +562,8 @@ func (p *Preprocessor) decodeJPEGWindow(d *jpegDecoder, pl *jpegPlan, win *jpegW
 	if d.g.truncated != 0 {
 		return source{}, fmt.Errorf("cannot decode JPEG: data is truncated (%s): %w", d.message(), ErrBadImage)
 	}
-	if jpegMemHook != nil {
-		jpegMemHook(int64(d.g.in_use))
+	if p.cHeapProbe != nil {
+		p.onCHeapPeak(int64(d.g.heap_at_peak))
 	}
 	d.close() // libjpeg's memory goes back before the pixels are oriented and resampled
 	if pl.cmyk {
@@ -606,53 +601,34 @@ func displayedRect(o, w, h, sx0, sy0, sx1, sy1 int) (x0, y0, x1, y1 int) {
 // (x, y), for a stored image of w x h pixels (as orient reads them).
 func orientToStored(o, w, h, x, y int) (sx, sy int) {
 	m := orientMaps[o]
-	if !m.swap {
-		sx, sy = x, y
-		if m.flipX {
-			sx = w - 1 - x
-		}
-		if m.flipY {
-			sy = h - 1 - y
-		}
-		return sx, sy
-	}
-	sx, sy = y, x
-	if m.flipX {
-		sx = w - 1 - y
-	}
-	if m.flipY {
-		sy = h - 1 - x
-	}
-	return sx, sy
+	return orientPoint(m.swap, m.flipX, m.flipY, w, h, x, y)
 }
 
-// storedToOrient returns where orientation o displays stored pixel (sx, sy).
+// storedToOrient returns where orientation o displays stored pixel (sx, sy):
+// orientToStored's inverse. A flip undoes itself; a transposition's inverse
+// is the transposition with its flips exchanged, over the displayed size.
 func storedToOrient(o, w, h, sx, sy int) (x, y int) {
 	m := orientMaps[o]
-	if !m.swap {
-		x, y = sx, sy
-		if m.flipX {
-			x = w - 1 - sx
-		}
-		if m.flipY {
-			y = h - 1 - sy
-		}
-		return x, y
+	if m.swap {
+		return orientPoint(true, m.flipY, m.flipX, h, w, sx, sy)
 	}
-	x, y = sy, sx
-	if m.flipY {
-		x = h - 1 - sy
+	return orientPoint(false, m.flipX, m.flipY, w, h, sx, sy)
+}
+
+// orientPoint maps (x, y) by a transposition (swap), then flips across a
+// w x h image.
+func orientPoint(swap, flipX, flipY bool, w, h, x, y int) (int, int) {
+	if swap {
+		x, y = y, x
 	}
-	if m.flipX {
-		y = w - 1 - sx
+	if flipX {
+		x = w - 1 - x
+	}
+	if flipY {
+		y = h - 1 - y
 	}
 	return x, y
 }
-
-// jpegMemHook, when set (tests only), receives the C heap in use (mallinfo2)
-// when a JPEG decode held the most C memory: after its last row, before
-// jpeg_finish_decompress freed the image's buffers.
-var jpegMemHook func(cInUse int64)
 
 // newAndFreeDecompressor creates and destroys one decompressor: what every
 // image pays for not reusing one (BenchmarkJPEGDecompressorNew).

@@ -2,9 +2,11 @@
 
 package preprocess
 
+import "github.com/imagegate/imagegate/preprocess/internal/resample"
+
 // ResamplerKernels names the resampler's kernels this process runs (for gateway -version).
 func ResamplerKernels() string {
-	if hasAVX2 {
+	if resample.Vector() {
 		return "AVX2"
 	}
 	return "portable (this CPU has no AVX2)"

@@ -625,18 +625,17 @@ func (p *Preprocessor) otherMemory(pl *otherPlan, dataLen int) int64 {
 
 // A TIFF may have at most max(tiffMaxSegments, pixels/tiffMinSegmentPixels)
 // strips or tiles. Each costs its own read and, compressed, a decompressor of
-// its own (about 40 KB allocated, 15 µs): a 1.5 MB file of 192k 16x16 tiles,
-// all pointing at one 20-byte deflate stream, took 2.8 s to decode. Writers
-// make strips of about 8 KB (libtiff) or tiles of 256x256 and more.
+// its own, so a small file of tiny tiles can take seconds (docs/internals.md,
+// "TIFF strips and tiles"). Writers make strips of about 8 KB (libtiff) or
+// tiles of 256x256 and more.
 const (
 	tiffMaxSegments      = 16384
 	tiffMinSegmentPixels = 1024
 )
 
 // tiffSegmentWork is the decode work of one TIFF strip or tile beyond its
-// pixels, in Info.WorkBytes (about 2.6 ns a byte): its reads, and a
-// decompressor's set-up (measured: 15 µs a compressed 16x16 tile, 2.2 µs an
-// uncompressed one).
+// pixels, in Info.WorkBytes: its reads, and a decompressor's set-up (their
+// measured times, at Info.WorkBytes' time per byte: docs/internals.md).
 func tiffSegmentWork(compression uint32) int64 {
 	if compression == 1 {
 		return 1 << 10

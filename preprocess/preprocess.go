@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"unsafe"
+
+	"github.com/imagegate/imagegate/preprocess/internal/resample"
 )
 
 // Sentinel errors. Every error returned by Process and ProcessUint8 wraps
@@ -109,7 +112,7 @@ type Options struct {
 type Preprocessor struct {
 	opts Options
 	lut  [3][256]float32 // value written for channel c and uint8 value v
-	cc   coeffCache
+	cc   resample.Cache
 	// oversample > 1 makes the JPEG DCT scale choice less aggressive (the
 	// scaled image must cover oversample times the resize target); 1 is
 	// the smallest covering scale. Unexported: for measurements in tests.
@@ -121,6 +124,15 @@ type Preprocessor struct {
 	// noWindow makes JPEG decoding produce the whole (scaled) image instead
 	// of the window the crop reads (tests: both must give the same slot).
 	noWindow bool
+	// scalar keeps to the portable resampling kernels (tests: the AVX2 ones
+	// must give the same bits).
+	scalar bool
+	// cHeapProbe, when set (tests: internal/testutil.CHeapProbe), is a C
+	// function reporting the C heap in use; a JPEG decode calls it when it
+	// holds the most C memory (after its last row, before libjpeg frees the
+	// image's buffers) and hands the figure to onCHeapPeak.
+	cHeapProbe  unsafe.Pointer
+	onCHeapPeak func(int64)
 }
 
 // New validates opts, fills in defaults and returns a Preprocessor. Errors
@@ -303,7 +315,11 @@ func (p *Preprocessor) Expand(dst []float32, src []uint8) error {
 	for c := range 3 {
 		d, s := dst[c*plane:(c+1)*plane], src[c*plane:(c+1)*plane]
 		lut := &p.lut[c]
-		for i := p.expandVec(d, s, c); i < len(d); i++ {
+		i := 0
+		if !p.scalar {
+			i = resample.ExpandVec(d, s, p.opts.Scale == ScaleRaw, p.opts.Mean[c], p.opts.Std[c])
+		}
+		for ; i < len(d); i++ {
 			d[i] = lut[s[i]]
 		}
 	}

@@ -1,22 +1,10 @@
 package preprocess
 
-import (
-	"math"
-	"sync"
-)
+import "github.com/imagegate/imagegate/preprocess/internal/resample"
 
 // The resampler reproduces Pillow's Image.resize(size, BILINEAR) for 8-bit
-// images (libImaging/Resample.c): separable convolution with a triangle
-// filter whose support grows with the downscale factor, weights normalized
-// per output pixel and converted to fixed point with precisionBits fraction
-// bits, horizontal pass first, each pass rounded and clamped to uint8.
-// Only the output pixels inside the crop window are computed, which gives
-// the same values as resizing everything and cropping afterwards.
-
-const (
-	precisionBits = 32 - 8 - 2
-	half          = int32(1) << (precisionBits - 1)
-)
+// images: the arithmetic is internal/resample's; here a decoded source's
+// rows go through its two passes into the slot.
 
 // source is a decoded image ready for resampling.
 type source struct {
@@ -30,172 +18,16 @@ type source struct {
 	dispW, dispH int     // displayed size at full resolution (after EXIF orientation)
 }
 
-// coeffs holds the fixed-point filter weights of count consecutive output
-// pixels of one axis, twice: as Pillow computes them (bounds, k), and padded
-// to the same number of taps for every output pixel (kpad: the most any
-// has), the padding weights zero, so the horizontal pass runs loops of a
-// fixed length. An output pixel whose padded taps would run past the input's
-// end starts earlier instead, its weights shifted: zero weights add exactly
-// nothing, so the sums are Pillow's.
-type coeffs struct {
-	ksize  int
-	bounds []int32 // per output pixel: first input pixel, number of taps
-	k      []int32 // per output pixel: ksize weights
-	kpad   int
-	start  []int32 // per output pixel: first input pixel of its kpad taps
-	kp     []int32 // per output pixel: kpad weights
-	// For the vector kernels (resample_simd.go): kq is kpad rounded up to 4;
-	// kv holds per output pixel, per group of 4 taps, each weight 4 times.
-	kq int
-	kv [][16]int32
-	// kw, when kq is 4, holds per output pixel the weights of hpass3Blocks: each weight w
-	// as w>>11 (kw[x][:16]) and w&2047 (kw[x][16:]), in the lanes of its taps' pixel pairs.
-	kw [][32]int16
-}
-
-type coeffKey struct {
-	inSize, outSize, first, count int
-	in0, in1                      float64
-}
-
-// coeffCache caches weight tables per geometry; it is bounded.
-type coeffCache struct {
-	mu sync.RWMutex
-	m  map[coeffKey]*coeffs
-}
-
-const maxCachedCoeffs = 512
-
-func (c *coeffCache) get(inSize int, in0, in1 float64, outSize, first, count int) *coeffs {
-	key := coeffKey{inSize, outSize, first, count, in0, in1}
-	c.mu.RLock()
-	t := c.m[key]
-	c.mu.RUnlock()
-	if t != nil {
-		return t
-	}
-	t = makeCoeffs(inSize, in0, in1, outSize, first, count)
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedCoeffs {
-		c.m = make(map[coeffKey]*coeffs)
-	}
-	c.m[key] = t
-	c.mu.Unlock()
-	return t
-}
-
-func triangle(x float64) float64 {
-	if x < 0 {
-		x = -x
-	}
-	if x < 1 {
-		return 1 - x
-	}
-	return 0
-}
-
-// makeCoeffs computes the weights of output pixels [first, first+count) of
-// a resize of the input span [in0, in1) (of an axis of inSize pixels) to
-// outSize pixels, as Pillow's precompute_coeffs + normalize_coeffs_8bpc.
-func makeCoeffs(inSize int, in0, in1 float64, outSize, first, count int) *coeffs {
-	scale := (in1 - in0) / float64(outSize)
-	filterscale := max(scale, 1)
-	support := 1.0 * filterscale
-	ksize := int(math.Ceil(support))*2 + 1
-	c := &coeffs{ksize: ksize, bounds: make([]int32, 2*count), k: make([]int32, count*ksize)}
-	pre := make([]float64, ksize)
-	ss := 1.0 / filterscale
-	for i := range count {
-		xx := first + i
-		// float64(...) around products forbids fused multiply-add, keeping
-		// the rounding of the C code.
-		center := in0 + float64((float64(xx)+0.5)*scale)
-		xmin := int(center - support + 0.5)
-		xmin = max(xmin, 0)
-		xmax := int(center + support + 0.5)
-		xmax = min(xmax, inSize)
-		n := xmax - xmin
-		ww := 0.0
-		for x := range n {
-			w := triangle(float64((float64(x+xmin) - center + 0.5) * ss))
-			pre[x] = w
-			ww += w
-		}
-		k := c.k[i*ksize : (i+1)*ksize]
-		for x := range n {
-			w := pre[x]
-			if ww != 0 {
-				w /= ww
-			}
-			if w < 0 {
-				k[x] = int32(-0.5 + float64(w*(1<<precisionBits)))
-			} else {
-				k[x] = int32(0.5 + float64(w*(1<<precisionBits)))
-			}
-		}
-		c.bounds[2*i] = int32(xmin)
-		c.bounds[2*i+1] = int32(n)
-	}
-	c.pad(inSize)
-	return c
-}
-
-// pad fills kpad, start and kp from bounds and k.
-func (c *coeffs) pad(inSize int) {
-	count := len(c.bounds) / 2
-	for i := range count {
-		c.kpad = max(c.kpad, int(c.bounds[2*i+1]))
-	}
-	c.start = make([]int32, count)
-	c.kp = make([]int32, count*c.kpad)
-	for i := range count {
-		xmin, n := int(c.bounds[2*i]), int(c.bounds[2*i+1])
-		st := min(xmin, inSize-c.kpad) // n <= kpad <= inSize: st >= 0
-		c.start[i] = int32(st)
-		copy(c.kp[i*c.kpad+xmin-st:], c.k[i*c.ksize:i*c.ksize+n])
-	}
-	if !simdResampler {
-		return
-	}
-	c.kq = roundUp(c.kpad, 4)
-	c.kv = make([][16]int32, count*c.kq/4)
-	for i := range count {
-		for t, w := range c.kp[i*c.kpad : (i+1)*c.kpad] {
-			v := c.kv[(i*c.kq+t)/4][t%4*4:]
-			v[0], v[1], v[2], v[3] = w, w, w, w
-		}
-	}
-	if c.kq == 4 {
-		c.kw = make([][32]int16, count)
-		for i := range count {
-			for t, w := range c.kp[i*c.kpad : (i+1)*c.kpad] {
-				// Tap t's lanes: half t/2 (8 int16 each), pair element t%2 of R, G, B.
-				o := t/2*8 + t%2
-				for ch := range 3 {
-					c.kw[i][o+2*ch] = int16(w >> 11)
-					c.kw[i][16+o+2*ch] = int16(w & 2047)
-				}
-			}
-		}
-	}
-}
-
-// clip8 is Pillow's rounding of a fixed-point sum (half already added) to
-// uint8, clamped.
-func clip8(v int32) uint8 {
-	return uint8(min(max(v>>precisionBits, 0), 255))
-}
-
 // plan returns the weights of both passes for src's geometry (src.pix is
 // not read) and the rows [yFirst, yLast) of src that feed the output.
-func (p *Preprocessor) plan(src *source) (hc, vc *coeffs, yFirst, yLast int) {
+func (p *Preprocessor) plan(src *source) (hc, vc *resample.Coeffs, yFirst, yLast int) {
 	o := &p.opts
 	W, H := o.Width, o.Height
 	rw, rh, left, top := p.geometry(src.dispW, src.dispH)
-	hc = p.cc.get(src.w, src.x0, src.x1, rw, left, W)
-	vc = p.cc.get(src.h, src.y0, src.y1, rh, top, H)
-	yFirst = int(vc.bounds[0])
-	yLast = int(vc.bounds[2*H-2] + vc.bounds[2*H-1])
+	hc = p.cc.Get(src.w, src.x0, src.x1, rw, left, W)
+	vc = p.cc.Get(src.h, src.y0, src.y1, rh, top, H)
+	yFirst = int(vc.Bounds[0])
+	yLast = int(vc.Bounds[2*H-2] + vc.Bounds[2*H-1])
 	return hc, vc, yFirst, yLast
 }
 
@@ -203,17 +35,8 @@ func (p *Preprocessor) plan(src *source) (hc, vc *coeffs, yFirst, yLast int) {
 // that the resize of a source with g's geometry reads.
 func (p *Preprocessor) span(g *source) (xFirst, xLast, yFirst, yLast int) {
 	hc, _, yFirst, yLast := p.plan(g)
-	xFirst, xLast = hc.columns()
+	xFirst, xLast = hc.Columns()
 	return xFirst, xLast, yFirst, yLast
-}
-
-// columns returns the input pixels [first, last) the padded taps read.
-func (c *coeffs) columns() (first, last int) {
-	first, last = int(c.start[0]), 0
-	for _, s := range c.start {
-		first, last = min(first, int(s)), max(last, int(s)+c.kpad)
-	}
-	return first, last
 }
 
 // resampleBytes is the scratch memory resample allocates for src's geometry:
@@ -239,20 +62,21 @@ func (p *Preprocessor) resample(src *source, s *scratch, out sink) error {
 // order (a streaming decoder gives them top to bottom): the horizontal pass
 // runs on each row as it comes, the vertical pass at the end.
 type resampleJob struct {
-	hc, vc        *coeffs
+	hc, vc        *resample.Coeffs
 	ch            int
 	yFirst, yLast int // source rows that feed the output
 	xFirst, xLast int // source columns the horizontal pass reads
 	rowLen        int // bytes of one horizontal-pass row: Width*ch
 	tmp           []uint8
+	vec           bool // the AVX2 kernels, where built in
 }
 
 // newJob plans the resize of a source with g's geometry (g.pix is not read).
 func (p *Preprocessor) newJob(s *scratch, g *source) resampleJob {
 	hc, vc, yFirst, yLast := p.plan(g)
 	W := p.opts.Width
-	j := resampleJob{hc: hc, vc: vc, ch: g.ch, yFirst: yFirst, yLast: yLast, rowLen: W * g.ch}
-	j.xFirst, j.xLast = hc.columns()
+	j := resampleJob{hc: hc, vc: vc, ch: g.ch, yFirst: yFirst, yLast: yLast, rowLen: W * g.ch, vec: !p.scalar}
+	j.xFirst, j.xLast = hc.Columns()
 	// tmpSlack: vector loads may read a few bytes past the last row.
 	s.tmp = grow(s.tmp, (yLast-yFirst)*j.rowLen+tmpSlack)
 	j.tmp = s.tmp
@@ -260,7 +84,7 @@ func (p *Preprocessor) newJob(s *scratch, g *source) resampleJob {
 }
 
 // tmpSlack is the room left after the horizontal pass's rows for vector
-// loads of 16 bytes that start in the last one.
+// loads of 16 bytes that start in the last one (internal/resample's kernels).
 const tmpSlack = 16
 
 // row runs the horizontal pass on source row y (yFirst <= y < yLast): in
@@ -269,9 +93,9 @@ const tmpSlack = 16
 func (j *resampleJob) row(y int, in []uint8, bpp, xoff int) {
 	dst := j.tmp[(y-j.yFirst)*j.rowLen : (y-j.yFirst+1)*j.rowLen]
 	if j.ch == 3 {
-		hpass3(dst, in, bpp, j.hc, xoff)
+		resample.HPass3(dst, in, bpp, j.hc, xoff, j.vec)
 	} else {
-		hpass1(dst, in, j.hc, xoff)
+		resample.HPass1(dst, in, j.hc, xoff)
 	}
 }
 
@@ -284,9 +108,9 @@ func (p *Preprocessor) finishJob(j *resampleJob, s *scratch, out sink) {
 	row := s.row[:W]
 	vc := j.vc
 	for yy := range H {
-		ymin := int(vc.bounds[2*yy]) - j.yFirst
-		n := int(vc.bounds[2*yy+1])
-		k := vc.k[yy*vc.ksize : yy*vc.ksize+n]
+		ymin := int(vc.Bounds[2*yy]) - j.yFirst
+		n := int(vc.Bounds[2*yy+1])
+		k := vc.K[yy*vc.KSize : yy*vc.KSize+n]
 		for c := range j.ch {
 			first := j.tmp[ymin*j.rowLen+c*W:]
 			if p.vemit(out, yy, c, j.ch, first, j.rowLen, k) {
@@ -294,89 +118,28 @@ func (p *Preprocessor) finishJob(j *resampleJob, s *scratch, out sink) {
 			}
 			if out.f32 != nil && j.ch == 3 && p.opts.Layout == NCHW {
 				// The gateway's output: the pass writes the normalized values itself.
-				vrowF32(out.f32[c*W*H+yy*W:][:W], first, j.rowLen, k, &p.lut[c])
+				resample.VRowF32(out.f32[c*W*H+yy*W:][:W], first, j.rowLen, k, &p.lut[c])
 				continue
 			}
-			vrow(row, first, j.rowLen, k)
+			resample.VRow(row, first, j.rowLen, k)
 			p.emitPlane(out, yy, c, j.ch, row)
 		}
 	}
 }
 
-// vrow computes one output row of one plane: row[x] is the sum over taps i
-// of plane row i (stride bytes apart from first) times k[i].
-func vrow(row, first []uint8, stride int, k []int32) {
-	W := len(row)
-	switch len(k) {
-	case 1:
-		r0, w0 := first[:W], k[0]
-		for x := range row {
-			row[x] = clip8(half + int32(r0[x])*w0)
-		}
-	case 2:
-		r0, r1 := first[:W], first[stride:stride+W]
-		w0, w1 := k[0], k[1]
-		for x := range row {
-			row[x] = clip8(half + int32(r0[x])*w0 + int32(r1[x])*w1)
-		}
-	case 3:
-		r0, r1, r2 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W]
-		w0, w1, w2 := k[0], k[1], k[2]
-		for x := range row {
-			row[x] = clip8(half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2)
-		}
-	case 4:
-		r0, r1, r2, r3 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W], first[3*stride:3*stride+W]
-		w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
-		for x := range row {
-			row[x] = clip8(half + int32(r0[x])*w0 + int32(r1[x])*w1 + int32(r2[x])*w2 + int32(r3[x])*w3)
-		}
-	default:
-		for x := range row {
-			a := half
-			o := x
-			for _, w := range k {
-				a += int32(first[o]) * w
-				o += stride
-			}
-			row[x] = clip8(a)
-		}
+// vemit runs the vertical pass of one output row of plane c with the AVX2
+// kernels into an NCHW slot (normalized or raw float32, or bytes), and
+// reports whether it could.
+func (p *Preprocessor) vemit(out sink, y, c, ch int, first []uint8, stride int, k []int32) bool {
+	if p.scalar || p.opts.Layout != NCHW || ch != 3 {
+		return false
 	}
-}
-
-// vrowF32 is vrow writing lut's float32 for each value straight into d.
-func vrowF32(d []float32, first []uint8, stride int, k []int32, lut *[256]float32) {
-	W := len(d)
-	switch len(k) {
-	case 2:
-		r0, r1 := first[:W], first[stride:stride+W]
-		w0, w1 := k[0], k[1]
-		for x := range d {
-			d[x] = lut[clip8(half+int32(r0[x])*w0+int32(r1[x])*w1)]
-		}
-	case 3:
-		r0, r1, r2 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W]
-		w0, w1, w2 := k[0], k[1], k[2]
-		for x := range d {
-			d[x] = lut[clip8(half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2)]
-		}
-	case 4:
-		r0, r1, r2, r3 := first[:W], first[stride:stride+W], first[2*stride:2*stride+W], first[3*stride:3*stride+W]
-		w0, w1, w2, w3 := k[0], k[1], k[2], k[3]
-		for x := range d {
-			d[x] = lut[clip8(half+int32(r0[x])*w0+int32(r1[x])*w1+int32(r2[x])*w2+int32(r3[x])*w3)]
-		}
-	default:
-		for x := range d {
-			a := half
-			o := x
-			for _, w := range k {
-				a += int32(first[o]) * w
-				o += stride
-			}
-			d[x] = lut[clip8(a)]
-		}
+	W := p.opts.Width
+	o := c*W*p.opts.Height + y*W
+	if out.f32 == nil {
+		return resample.VRowU8Vec(out.u8[o:][:W], first, stride, k)
 	}
+	return resample.VRowF32Vec(out.f32[o:][:W], first, stride, k, p.opts.Scale == ScaleRaw, p.opts.Mean[c], p.opts.Std[c], &p.lut[c])
 }
 
 // emitPlane writes output row y of plane c (of ch planes: 1 replicates gray

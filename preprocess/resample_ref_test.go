@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/imagegate/imagegate/preprocess/internal/resample"
 )
 
 // The resampler as it was before its kernels were rewritten for speed
@@ -15,10 +17,10 @@ func refClip8(v int32) uint8 {
 	if v <= 0 {
 		return 0
 	}
-	if v >= 255<<precisionBits {
+	if v >= 255<<resample.PrecisionBits {
 		return 255
 	}
-	return uint8(v >> precisionBits)
+	return uint8(v >> resample.PrecisionBits)
 }
 
 // refResample resizes src as resample did.
@@ -107,19 +109,19 @@ func TestResamplerMatchesReference(t *testing.T) {
 }
 
 // refFinish is the vertical pass as it was (interleaved rows, one accumulator row).
-func (p *Preprocessor) refFinish(tmp []uint8, rowLen, ch, yFirst int, vc *coeffs, out sink) {
+func (p *Preprocessor) refFinish(tmp []uint8, rowLen, ch, yFirst int, vc *resample.Coeffs, out sink) {
 	H := p.opts.Height
 	acc, row := make([]int32, rowLen), make([]uint8, rowLen)
-	ks := vc.ksize
+	ks := vc.KSize
 	for yy := range H {
-		ymin := int(vc.bounds[2*yy]) - yFirst
-		n := int(vc.bounds[2*yy+1])
-		k := vc.k[yy*ks : yy*ks+n]
+		ymin := int(vc.Bounds[2*yy]) - yFirst
+		n := int(vc.Bounds[2*yy+1])
+		k := vc.K[yy*ks : yy*ks+n]
 		r0 := tmp[ymin*rowLen : (ymin+1)*rowLen]
 		w0 := k[0]
 		acc := acc[:len(r0)]
 		for j, v := range r0 {
-			acc[j] = half + int32(v)*w0
+			acc[j] = resample.Half + int32(v)*w0
 		}
 		for i := 1; i < n; i++ {
 			w := k[i]
@@ -142,15 +144,15 @@ func (p *Preprocessor) refFinish(tmp []uint8, rowLen, ch, yFirst int, vc *coeffs
 
 // hrow3 resamples one row of RGB(x) pixels with bpp bytes per pixel; in
 // starts at column xoff.
-func refHrow3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
-	ks := c.ksize
+func refHrow3(dst, in []uint8, bpp int, c *resample.Coeffs, xoff int) {
+	ks := c.KSize
 	n := len(dst) / 3
-	b := c.bounds[:2*n]
+	b := c.Bounds[:2*n]
 	for xx := range n {
 		xmin := int(b[2*xx]) - xoff
-		k := c.k[xx*ks : xx*ks+int(b[2*xx+1])]
+		k := c.K[xx*ks : xx*ks+int(b[2*xx+1])]
 		px := in[xmin*bpp:]
-		s0, s1, s2 := half, half, half
+		s0, s1, s2 := resample.Half, resample.Half, resample.Half
 		for i, w := range k {
 			q := px[i*bpp : i*bpp+3]
 			s0 += int32(q[0]) * w
@@ -165,15 +167,15 @@ func refHrow3(dst, in []uint8, bpp int, c *coeffs, xoff int) {
 }
 
 // hrow1 resamples one row of gray pixels; in starts at column xoff.
-func refHrow1(dst, in []uint8, c *coeffs, xoff int) {
-	ks := c.ksize
-	b := c.bounds[:2*len(dst)]
+func refHrow1(dst, in []uint8, c *resample.Coeffs, xoff int) {
+	ks := c.KSize
+	b := c.Bounds[:2*len(dst)]
 	for xx := range dst {
 		xmin := int(b[2*xx]) - xoff
-		k := c.k[xx*ks : xx*ks+int(b[2*xx+1])]
+		k := c.K[xx*ks : xx*ks+int(b[2*xx+1])]
 		px := in[xmin:]
 		px = px[:len(k)]
-		s0 := half
+		s0 := resample.Half
 		for i, w := range k {
 			s0 += int32(px[i]) * w
 		}

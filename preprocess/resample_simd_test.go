@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/imagegate/imagegate/preprocess/internal/resample"
 )
 
 // TestSIMDMatchesPortable: the AVX2 kernels and the portable ones give the
@@ -14,10 +16,9 @@ import (
 // (run with GOEXPERIMENT=simd; TestResamplerMatchesReference also checks
 // each against the original loops).
 func TestSIMDMatchesPortable(t *testing.T) {
-	if !hasAVX2 {
+	if !resample.Vector() {
 		t.Skip("no AVX2 on this CPU")
 	}
-	defer func() { vectorKernels = true }()
 	r := rand.New(rand.NewPCG(3, 5))
 	cases := 300
 	if raceEnabled { // one goroutine: the race detector only slows it down
@@ -45,7 +46,7 @@ func TestSIMDMatchesPortable(t *testing.T) {
 		src := source{pix: pix, stride: w * bpp, bpp: bpp, ch: 3, w: w, h: h, x1: float64(w), y1: float64(h), dispW: w, dispH: h}
 		var got [2]sink
 		for v, on := range []bool{true, false} {
-			vectorKernels = on
+			p.scalar = !on
 			got[v] = sink{f32: make([]float32, p.SlotLen())}
 			if err := p.resample(&src, &scratch{fresh: true}, got[v]); err != nil {
 				t.Fatal(err)
@@ -56,10 +57,10 @@ func TestSIMDMatchesPortable(t *testing.T) {
 				t.Fatalf("case %d: %dx%d bpp %d -> %+v: value %d: vector %v, portable %v", i, w, h, bpp, o, k, got[0].f32[k], got[1].f32[k])
 			}
 		}
-		// Into bytes (vemitU8 against vrow).
+		// Into bytes (VRowU8Vec against VRow).
 		var u [2][]byte
 		for v, on := range []bool{true, false} {
-			vectorKernels = on
+			p.scalar = !on
 			u[v] = make([]byte, p.SlotLen())
 			if err := p.resample(&src, &scratch{fresh: true}, sink{u8: u[v]}); err != nil {
 				t.Fatal(err)

@@ -8,20 +8,17 @@ import (
 	"time"
 )
 
-// The gateway's garbage collection policy. The heap is mostly pooled request buffers (bodies,
-// images, tensor rows) reused from request to request, so little is allocated while the pools
-// hold enough of them, and Go's default (GOGC 100) lets the heap grow to twice what is live
-// before collecting: peak RSS over the benchmark's sequence of runs at c=50 was 160-192 MB with
-// GOGC 100 and 144-159 with 25, for the same throughput. So GOGC is gcPercent.
+// The gateway's garbage collection policy (the figures: docs/internals.md, "The GC policy").
+// The heap is mostly pooled request buffers (bodies, images, tensor rows) reused from request
+// to request, so little is allocated while the pools hold enough of them, and Go's default
+// (GOGC 100) lets the heap grow to twice what is live before collecting: a lower GOGC lowers
+// peak RSS for the same throughput. So GOGC is gcPercent.
 //
 // But a GC also empties the pools (sync.Pool keeps its buffers for one more cycle at most), and
-// with a small live heap, GOGC 25 leaves little room before the next one: at c=8 on the
-// article's payload the live heap was 8 MB, the gateway ran 54 GCs a second (one per 2 MB
-// allocated), the pools were emptied before their buffers came back, every request allocated
-// its 300-600 KB buffers anew, and throughput fell to 158-162 req/s, against 211-246 with GOGC
-// 100 (2 interleaved rounds each). So GOGC is raised while the live heap is small, to keep at
-// least gcHeadroom between the live heap and the next GC: at c=50 (25-30 MB live) that changes
-// little; at low concurrency the heap stays small anyway.
+// with a small live heap a low GOGC leaves little room before the next one: the pools are
+// emptied before their buffers come back, every request allocates its buffers anew, and
+// throughput falls. So GOGC is raised while the live heap is small, to keep at least
+// gcHeadroom between the live heap and the next GC; with a large live heap it stays gcPercent.
 const (
 	gcPercent    = 25
 	gcHeadroom   = 16 << 20
@@ -46,8 +43,7 @@ func gcPercentFor(live uint64) int {
 // setGC applies the policy unless the environment sets GOGC: GOGC follows gcPercentFor, read
 // from the runtime's live-heap metric every gcInterval. A GOMEMLIMIT in the environment (the
 // manifests set one below the container's limit) still applies on top: Go collects at
-// whichever of the two comes first. (It turned the policy off, and pods ran at GOGC 100:
-// peak RSS 140 MB against 125 without it in the same run.)
+// whichever of the two comes first (it used to turn the policy off, and pods ran at GOGC 100).
 func setGC(log *slog.Logger) {
 	if os.Getenv("GOGC") != "" {
 		return

@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/configs"
 	"github.com/imagegate/imagegate/gateway"
@@ -37,6 +39,9 @@ import (
 )
 
 func main() {
+	// Settings of the whole process, made here rather than when a package is imported:
+	ort.LimitMallocArenas()      // glibc: one malloc arena per CPU, before GOMAXPROCS is raised
+	metrics.ExposeMetadata(true) // /metrics families carry # HELP and # TYPE
 	o := newOptions(flag.CommandLine)
 	flag.Parse()
 	if o.health != "" {
@@ -245,8 +250,7 @@ func checkFileLimit(maxConns int, log *slog.Logger) {
 // one per model instance. A decode holds its P while it resamples and a batch loop's thread
 // takes one back after each model run: with GOMAXPROCS at the CPU count (Go's default), a
 // saturated server left the goroutines that accept, refuse and answer waiting for a P, up to
-// Go's 10 ms preemption (the Go trace's scheduling latency under 4x overload: p99 8.9 ms; the
-// client saw refusals at p99 17.8-21.2 ms, 11.6-12.2 with GOMAXPROCS 8). The CPUs are shared
+// Go's preemption (docs/internals.md, "GOMAXPROCS above the CPU count"). The CPUs are shared
 // by the kernel as before; what changes is that a ready goroutine finds a P.
 func setProcs(cfg *configs.Config, log *slog.Logger) {
 	if os.Getenv("GOMAXPROCS") != "" {
@@ -329,9 +333,6 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
 		Priorities:          m.Batching.Priorities,
-		// Model runs go after the threads that accept, refuse and answer, and before decodes
-		// (gateway.ModelThread).
-		ThreadInit: gateway.ModelThread,
 	}
 	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}

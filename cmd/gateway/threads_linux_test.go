@@ -3,36 +3,18 @@
 package main_test
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/imagegate/imagegate/internal/testutil"
 )
 
-// threadNices returns the niceness of each of the process's threads (field 19 of
-// /proc/PID/task/TID/stat, counted after the command name's closing parenthesis).
+// threadNices counts the threads of process pid by niceness.
 func threadNices(t *testing.T, pid int) map[int]int {
 	t.Helper()
-	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if err != nil || len(stats) == 0 {
-		t.Fatalf("no threads under /proc/%d/task: %v", pid, err)
-	}
-	nices := map[int]int{}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		n, err := strconv.Atoi(fields[16]) // field 19: state is field 3, the first here
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		nices[n]++
+	nices, err := testutil.ThreadNices(pid)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return nices
 }
@@ -41,7 +23,7 @@ func threadNices(t *testing.T, pid int) map[int]int {
 // niceness 2, one per instance, and the threads that decoded images at 5; the rest (accept,
 // refuse, answer) stay at 0. With decodes and model runs at the same niceness, the one model
 // thread got 2/3 of a CPU against two decode threads, and at c=8 decoded images waited for it
-// while the decode workers idled (gateway/bulk_linux.go).
+// while the decode workers idled (gateway/internal/sched).
 func TestModelRunsOutrankDecodes(t *testing.T) {
 	g := startGateway(t, shippedConfig(t, nil))
 	img := rocket(t)

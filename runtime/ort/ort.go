@@ -421,10 +421,8 @@ func rewriteApplies(cfg SessionConfig) bool {
 }
 
 // HardSwishRewritePays reports whether the HardSwish rewrite was measured faster on CPUs
-// like this one: x86-64 with AVX-512, where ONNX Runtime's blocked layout is 16 channels wide
-// (BenchmarkHardSwishRewrite on a 2-core Xeon: 0.93-0.96 of the time of the model as it is).
-// On an AVX2-only AMD EPYC (8 channels) the same rewrite ran 4 % slower (3366 against 3236 µs
-// a run, docs/benchmarks.md).
+// like this one: x86-64 with AVX-512, where ONNX Runtime's blocked layout is 16 channels wide;
+// with AVX2 only (8 channels) it ran slower (BenchmarkHardSwishRewrite; docs/internals.md).
 func HardSwishRewritePays() bool { return runtime.GOARCH == "amd64" && cpu.X86.HasAVX512F }
 
 // HardSwishRewrites is how many HardSwish sites of the model were rewritten for ONNX

@@ -16,9 +16,9 @@ import (
 // channel layout (NCHWc: 8 or 16 channels interleaved). Every operator that layout does
 // not know sits between a ReorderOutput and a ReorderInput, two full copies of its tensor.
 // HardSwish is one of them: ONNX Runtime has no kernel for it and inlines its ONNX function,
-// HardSigmoid(x) then Mul(x, ·), in the plain layout. MobileNetV3 has 19 of them. In the
-// shipped model the 55 reorders and the unfused HardSigmoid took 27 % of a run's kernel time
-// (ONNX Runtime's profiler, one thread, a 2-core Xeon).
+// HardSigmoid(x) then Mul(x, ·), in the plain layout. MobileNetV3 has 19 of them, and in the
+// shipped model the 55 reorders and the unfused HardSigmoid take a large share of a run's
+// kernel time (docs/internals.md, "The HardSwish rewrite").
 //
 // rewriteHardSwish expresses the same function in operators the blocked layout keeps:
 //
@@ -37,8 +37,8 @@ import (
 //
 // In the shipped model the rewrite removes 25 of the 55 reorders (those left surround the
 // squeeze-and-excitation blocks' broadcast Mul) and 18 of the 19 HardSigmoid nodes; the
-// identity convolutions cost most of that back. Net: 0.93-0.96 of the time per run on an
-// AVX-512 Xeon (BenchmarkHardSwishRewrite), so HardSwishRewritePays says where it is used by
+// identity convolutions cost most of that back. It pays where the blocked layout is 16
+// channels wide (BenchmarkHardSwishRewrite), so HardSwishRewritePays says where it is used by
 // default.
 //
 // The model is edited in its protobuf encoding without decoding the rest: other fields,

@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// The server's lifecycle around its requests: Serve, and Shutdown's drain, step by step.
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	l := s.conns.Listen(ln)
+	s.lnMu.Lock()
+	s.lns = append(s.lns, l)
+	s.lnMu.Unlock()
+	if s.draining.Load() {
+		l.Close()
+	}
+	return s.srv.Serve(l)
+}
+
+// Shutdown drains the server. Readiness turns 503 at once and every response carries
+// Connection: close; connections are still accepted and served for Options.DrainDelay (load
+// balancers stop sending meanwhile); then the listener closes (connections already in its
+// backlog are still accepted and served) and Shutdown waits for every request in flight to be
+// answered. If ctx ends first, the requests still waiting are answered 503 draining with
+// Retry-After (queued ones are dropped, batches already running finish) and Shutdown waits
+// for those answers too. It returns nil once every accepted request was answered, and stops
+// the models' batchers.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.ready.Store(false)
+	s.drainDelay(ctx)
+	s.stopAccepting()
+	var errs []error
+	if err := s.answerInFlight(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.closeConnections()
+	s.stopReloads()
+	if err := s.stopModels(); err != nil {
+		errs = append(errs, err)
+	}
+	s.gone.Close()
+	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
+	return errors.Join(errs...)
+}
+
+// drainDelay keeps serving for Options.DrainDelay (or until ctx ends). No connection is closed
+// under a client during the drain: every response carries Connection: close, so a keep-alive
+// connection ends after its next answer (or when its client closes it). Closing an idle one
+// from here races with a client sending its next request on it, which then gets a reset
+// instead of an answer.
+func (s *Server) drainDelay(ctx context.Context) {
+	if d := s.opts.DrainDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// stopAccepting closes the listeners: each accepts what waits in its backlog first, and those
+// connections are served. (Not fasthttp's Shutdown: it closes connections it sees idle even
+// when a request has just arrived on them, and drops that request.)
+func (s *Server) stopAccepting() {
+	s.lnMu.Lock()
+	for _, l := range s.lns {
+		l.Close()
+	}
+	s.lnMu.Unlock()
+	s.adminMu.Lock()
+	if s.admin != nil {
+		go s.admin.Shutdown()
+	}
+	s.adminMu.Unlock()
+}
+
+// answerInFlight waits until every request in flight is answered. If ctx ends first, everyone
+// still waiting is answered (503 draining) and those answers are waited for, abortGrace at
+// most; it returns an error when some are still unanswered then.
+func (s *Server) answerInFlight(ctx context.Context) error {
+	if s.waitIdle(ctx) {
+		return nil
+	}
+	s.aborted.Store(true)
+	s.abortFn(errDraining)
+	s.conns.InterruptReads()
+	s.dropQueued() // queued samples are answered batcher.ErrClosed
+	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
+	defer cancel()
+	if !s.waitIdle(grace) {
+		return fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace)
+	}
+	return nil
+}
+
+// closeConnections closes what is left once the answers are written (they carry Connection:
+// close). Connections still open are idle keep-alive ones (or a client reads slowly): for
+// connCloseGrace their clients may still send a request on them, answered (and the
+// connection closed after it); then the idle ones are closed, after a check that no request
+// is arriving, and the last requests answered. Connections closing by lingering (a refused
+// body still arriving) are waited for too: the process's exit would reset them, and their
+// answers with them. A connection that stays open does not hold up the exit.
+func (s *Server) closeConnections() {
+	for end := time.Now().Add(connCloseGrace); (s.conns.Open() > 0 || s.conns.Lingering() > 0 || s.inflight.Load() > 0) && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.conns.CloseIdle()
+	s.conns.CloseQuietNew()
+	if s.inflight.Load() > 0 {
+		grace, cancel := context.WithTimeout(context.Background(), abortGrace)
+		s.waitIdle(grace)
+		cancel()
+	}
+}
+
+// stopReloads lets a reload in progress (loading and warming a model) finish first, within
+// abortGrace (none after a drain already out of time); none starts after. One that takes
+// longer is left running: the drain does not wait for it (a model it loads is not served, and
+// the process exits under it).
+func (s *Server) stopReloads() {
+	s.closing.Store(true) // a reload that ends from now on installs nothing (apply)
+	wait := time.Now()
+	if !s.aborted.Load() {
+		wait = wait.Add(abortGrace)
+	}
+	for ; ; time.Sleep(10 * time.Millisecond) {
+		if s.applyMu.TryLock() {
+			s.stopped = true
+			s.applyMu.Unlock()
+			return
+		}
+		if time.Now().After(wait) {
+			s.log.Warn("a model reload is still running: the drain does not wait for it")
+			return
+		}
+	}
+}
+
+// stopModels stops the models: their batchers end once the batches still running have (after
+// an abort, a batch may outlive its requests' answers: it is given abortGrace, then left to
+// the process's exit), and the models retired by reloads finish closing.
+func (s *Server) stopModels() error {
+	ctx := context.Background()
+	if s.aborted.Load() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, abortGrace)
+		defer cancel()
+	}
+	err := s.closeModels(ctx)
+	s.retiring.Wait()
+	return err
+}
+
+// A drain takes at most drain_delay + shutdown_timeout + ShutdownTail (a process manager's
+// grace period, Kubernetes' terminationGracePeriodSeconds, must cover it).
+const ShutdownTail = abortGrace + connCloseGrace
+
+const (
+	// abortGrace bounds the wait for the 503s written after shutdown_timeout (the requests are
+	// cancelled: their answers take milliseconds).
+	abortGrace = 2 * time.Second
+	// connCloseGrace bounds the wait for connections to close once every request is answered.
+	connCloseGrace = 2 * time.Second
+)
+
+// waitIdle waits until no inference request is in flight and reports whether that happened
+// before ctx ended.
+func (s *Server) waitIdle(ctx context.Context) bool {
+	for {
+		s.inflightMu.Lock()
+		if s.inflight.Load() == 0 {
+			s.inflightMu.Unlock()
+			return true
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle := s.idle
+		s.inflightMu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return s.inflight.Load() == 0
+		case <-time.After(50 * time.Millisecond):
+			// requests still reading their headers start after this check
+		}
+	}
+}
+
+// inflightDone wakes waitIdle when the last request in flight finished.
+func (s *Server) inflightDone() {
+	if !s.draining.Load() {
+		return
+	}
+	s.inflightMu.Lock()
+	if s.inflight.Load() == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+	s.inflightMu.Unlock()
+}
+
+// dropQueued answers every queued sample of every model batcher.ErrClosed (the drain is out of
+// time); batches already running finish. The models are closed later (closeModels).
+func (s *Server) dropQueued() {
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, vs := range s.models.Load().byName {
+		for _, m := range vs {
+			m.impl.close(expired)
+		}
+	}
+}
+
+// closeModels closes every model (see model.close).
+func (s *Server) closeModels(ctx context.Context) error {
+	var errs []error
+	for _, vs := range s.models.Load().byName {
+		for _, m := range vs {
+			if err := m.close(ctx, s.met); err != nil && ctx.Err() == nil {
+				errs = append(errs, fmt.Errorf("model %s version %s: %w", m.name, m.version, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package netx
+
+import "net"
+
+// discardRead is Linux's (recv with MSG_TRUNC); elsewhere discarded bytes are read normally.
+func (c *Conn) discardRead(b []byte) (n int, ok bool, err error) { return 0, false, nil }
+
+func inBuffer(b, buf []byte) bool { return false }
+
+// PendingInput cannot look into the socket here: an idle connection is assumed idle.
+func PendingInput(net.Conn) bool { return false }
+
+// acceptQueued takes nothing here (see sys_linux.go).
+func acceptQueued(net.Listener) []net.Conn { return nil }

@@ -1,9 +1,0 @@
-//go:build !(goexperiment.simd && amd64)
-
-package gateway
-
-// Without Go's experimental SIMD package (GOEXPERIMENT=simd on amd64), str's word loop
-// scans JSON strings alone.
-
-// plainPrefix finds nothing here.
-func plainPrefix(b []byte) int { return 0 }
