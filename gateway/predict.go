@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/imagegate/imagegate/gateway/internal/wire"
+	"github.com/imagegate/imagegate/preprocess"
 )
 
 // DecodeJSONImage decodes the article's request body, {"image": "<base64>"}, into dst (grown
@@ -49,9 +50,23 @@ func (r *request) imageBytes() ([]byte, error) {
 	}
 	ct = bytes.TrimSpace(ct)
 	body := r.body
+	json := bytes.EqualFold(ct, []byte("application/json"))
+	raw := len(ct) >= len("image/") && bytes.EqualFold(ct[:len("image/")], []byte("image/")) || // media types ignore case
+		bytes.EqualFold(ct, []byte("application/octet-stream"))
+	if !json && !raw {
+		// A type that says nothing about an image (none, or curl --data-binary's
+		// application/x-www-form-urlencoded): the body's first bytes decide.
+		switch {
+		case preprocess.Sniff(body) != "":
+			raw = true
+		case startsJSONObject(body):
+			json = true
+		case len(ct) == 0:
+			raw = true // the decoder names what it found
+		}
+	}
 	switch {
-	case len(ct) == 0 && len(body) > 0 && (body[0] == '{' || body[0] == ' ' || body[0] == '\n'),
-		bytes.EqualFold(ct, []byte("application/json")):
+	case json:
 		field, err := wire.JSONField(body, "image")
 		if err == nil {
 			field, err = wire.StripDataURL(field)
@@ -74,16 +89,28 @@ func (r *request) imageBytes() ([]byte, error) {
 		// The JSON body is spent: a request waiting for a decode worker holds only the image.
 		r.dropBody()
 		return img, nil
-	case len(ct) >= len("image/") && bytes.EqualFold(ct[:len("image/")], []byte("image/")), // media types ignore case
-		bytes.EqualFold(ct, []byte("application/octet-stream")), len(ct) == 0:
+	case raw:
 		if len(body) == 0 {
 			return nil, wire.Malformed("the request body is empty")
 		}
 		return body, nil
 	}
-	return nil, fmt.Errorf("%w: Content-Type %q is not supported; send application/json "+
-		"{\"image\": \"<base64>\"}, image/jpeg, image/png, image/webp or application/octet-stream",
+	return nil, fmt.Errorf("%w: Content-Type %q is not supported and the body is neither a JSON object nor an image "+
+		"the gateway recognises (JPEG, PNG, WebP, GIF, BMP, TIFF); send application/json {\"image\": \"<base64>\"}, "+
+		"image/jpeg, image/png, image/webp or application/octet-stream",
 		errUnsupportedMedia, wire.Truncate(string(ct), 60))
+}
+
+// startsJSONObject reports whether b's first byte after JSON white space opens an object.
+func startsJSONObject(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '{'
+	}
+	return false
 }
 
 func (predictAPI) decodes() bool { return true }

@@ -293,6 +293,37 @@ func TestRoutingAndAnswers(t *testing.T) {
 	}
 }
 
+// TestBodiesRecognisedByTheirBytes: a body whose Content-Type says nothing about an image (curl
+// --data-binary's application/x-www-form-urlencoded, text/plain) is classified by its first
+// bytes: an image by its magic, the article's JSON by its opening brace; anything else is a 415
+// that says what was looked for.
+func TestBodiesRecognisedByTheirBytes(t *testing.T) {
+	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	img := solidPNG(t, 20, 10, 100)
+	js, _ := json.Marshal(map[string]string{"image": base64.StdEncoding.EncodeToString(img)})
+	want := ts.do("POST", "/predict/", "image/png", img)
+	if want.status != 200 {
+		t.Fatalf("image/png: %d %s", want.status, want.body)
+	}
+	for _, c := range []struct {
+		name, ct string
+		body     []byte
+	}{
+		{"png as a form", "application/x-www-form-urlencoded", img},
+		{"png as text", "text/plain", img},
+		{"json as a form", "application/x-www-form-urlencoded", js},
+		{"json after white space, as text", "text/plain; charset=utf-8", append([]byte(" \n"), js...)},
+	} {
+		if r := ts.do("POST", "/predict/", c.ct, c.body); r.status != 200 || string(r.body) != string(want.body) {
+			t.Errorf("%s: %d %s, want 200 %s", c.name, r.status, r.body, want.body)
+		}
+	}
+	r := ts.do("POST", "/predict/", "application/x-www-form-urlencoded", []byte("image=abc"))
+	if r.status != 415 || !strings.Contains(string(r.body), "neither a JSON object nor an image") {
+		t.Errorf("a form that is no image: %d %s, want 415", r.status, r.body)
+	}
+}
+
 func TestClassifyMapsEveryError(t *testing.T) {
 	s := &Server{opts: Options{QueueFullStatus: 429}}
 	for _, c := range []struct {

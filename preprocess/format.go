@@ -292,3 +292,10 @@ func orientedGeometry(src *source, o int) source {
 	out.x0, out.x1, out.y0, out.y1 = xs0, xs1, ys0, ys1
 	return out
 }
+
+// Sniff returns the media type of an encoded image recognised by its magic bytes
+// ("image/jpeg", "image/png", "image/webp", "image/gif", "image/bmp", "image/tiff"), or ""
+// when the bytes are none of the formats the decoders take.
+func Sniff(b []byte) string {
+	return [...]string{"", "image/jpeg", "image/png", "image/webp", "image/gif", "image/bmp", "image/tiff"}[detectFormat(b)]
+}
