@@ -341,13 +341,14 @@ func (r *request) decodeImage(i int, img []byte) error {
 		r.meta.stage = stage
 	}
 	if r.traced() {
-		sp := r.stageSpan("decode", start, end, trace.WithAttributes(attrSample.Int(i), attrImage.Int(len(img))))
+		sp := r.startStageSpan("decode", start, trace.WithAttributes(attrSample.Int(i), attrImage.Int(len(img))))
 		if !got.IsZero() {
 			sp.AddEvent("decode worker", trace.WithTimestamp(got))
 		}
 		if err != nil {
 			sp.SetStatus(codes.Error, "")
 		}
+		sp.End(trace.WithTimestamp(end))
 	}
 	return err
 }

@@ -52,10 +52,14 @@ func (s *Server) startSpan(r *request) {
 func (r *request) traced() bool { return r.meta.span != nil && r.meta.span.IsRecording() }
 
 // stageSpan records a finished stage of the request as a child span.
-func (r *request) stageSpan(name string, start, end time.Time, opts ...trace.SpanStartOption) trace.Span {
+func (r *request) stageSpan(name string, start, end time.Time, opts ...trace.SpanStartOption) {
+	r.startStageSpan(name, start, opts...).End(trace.WithTimestamp(end))
+}
+
+// startStageSpan starts a child span of the request at start; the caller ends it.
+func (r *request) startStageSpan(name string, start time.Time, opts ...trace.SpanStartOption) trace.Span {
 	ctx := trace.ContextWithSpanContext(context.Background(), r.meta.sc)
 	_, sp := r.s.tracer.Start(ctx, name, append(opts, trace.WithTimestamp(start))...)
-	sp.End(trace.WithTimestamp(end))
 	return sp
 }
 
