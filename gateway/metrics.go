@@ -51,7 +51,7 @@ var metricHelp = map[string]string{
 	"gateway_connections_idle":              "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
 	"gateway_connections_lingering":         "Connections closed after their answer while the client may still be sending (a refused body left unread): the rest is read and dropped, so that the client reads the answer instead of a reset.",
-	"gateway_ready":                         "1 when serving, 0 while draining.",
+	"gateway_ready":                         "1 when serving, 0 while the models load and while draining.",
 	"gateway_live":                          "1 when live, 0 while a batch run is hung (it has run longer than its bound, server.watchdog): /v2/health/live answers 503 then.",
 	"gateway_hung_runs_total":               "Batch runs found hung by the watchdog (each counted once, when it crossed its bound).",
 	"gateway_run_age_seconds":               "How long the model's oldest batch run in progress has been running (0: none runs).",
