@@ -14,7 +14,8 @@ import (
 
 // Options configures a Server: the HTTP front end and the bounds of the request pipeline.
 // cmd/gateway translates the YAML configuration into it; every field must be set (the
-// configuration's defaults are applied there), except Log.
+// configuration's defaults are applied there), except Log and those of observability (the
+// access log, tracing, the watchdog), whose zero values mean off and the defaults.
 type Options struct {
 	// MaxBodyBytes bounds a request body, as received and, with a Content-Encoding, as
 	// decompressed: 413 above it, refused from the declared length before it is read.

@@ -103,12 +103,12 @@ func (s *Server) endSpan(r *request, status int, reason string) {
 	sp.End(trace.WithTimestamp(r.start.Add(r.meta.stages.total)))
 }
 
-// batchSpan starts the span of a batch run on instance, linked to the request spans of its
-// jobs; it returns nil when none of them is traced.
+// batchSpan starts the span of a batch run on instance, linked to the sampled request spans
+// of its jobs; it returns nil when none of them is sampled.
 func batchSpan(tr trace.Tracer, m *model, instance, size int, start time.Time, spans func(yield func(trace.SpanContext) bool)) trace.Span {
 	var links []trace.Link
 	for sc := range spans {
-		if sc.IsValid() {
+		if sc.IsSampled() {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
