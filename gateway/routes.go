@@ -133,18 +133,28 @@ func (s *Server) finishHTTP(ctx *fasthttp.RequestCtx, start time.Time) {
 	if ctx.Hijacked() || ctx.Response.Header.Peek(headerRequestID) != nil {
 		return // the pipeline's
 	}
-	var buf [maxRequestID + 40]byte
-	id := ctx.Request.Header.Peek(headerRequestID)
-	if !validRequestID(id) {
-		id = s.ids.next(buf[:0])
-	}
-	ctx.Response.Header.SetBytesV(headerRequestID, id)
+	id := s.answerID(ctx)
 	if s.access != nil {
 		if start.IsZero() {
 			start = time.Now()
 		}
 		s.logHTTP(ctx, start, id)
 	}
+}
+
+// answerID returns the ID of an answer made outside the pipeline, setting its X-Request-ID
+// header when it has none yet: the client's, or a new one.
+func (s *Server) answerID(ctx *fasthttp.RequestCtx) []byte {
+	if id := ctx.Response.Header.Peek(headerRequestID); id != nil {
+		return id
+	}
+	var buf [64]byte
+	id := ctx.Request.Header.Peek(headerRequestID)
+	if !validRequestID(id) {
+		id = s.ids.next(buf[:0])
+	}
+	ctx.Response.Header.SetBytesV(headerRequestID, id)
+	return ctx.Response.Header.Peek(headerRequestID)
 }
 
 // overflowMessage is the refusal over server.max_connections.
