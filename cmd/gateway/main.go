@@ -109,13 +109,15 @@ func run(o *options, src source, log *slog.Logger) error {
 		cancel() // nothing was served: no drain to wait for
 		srv.Shutdown(ctx)
 	}
+	// Every model is loaded (and checked against its configuration: labels, preprocessing,
+	// input size) and warmed before the server listens; -check stops there. (Listening first,
+	// to answer health checks during the load, slowed a start measured with frequent probes,
+	// bench/history.md; a startupProbe covers the load.)
+	if err := srv.Reload(); err != nil {
+		closeNow()
+		return err
+	}
 	if check {
-		// Every model is loaded (and checked against its configuration: labels,
-		// preprocessing, input size) and warmed once.
-		if err := srv.Reload(); err != nil {
-			closeNow()
-			return err
-		}
 		for _, m := range cfg.Models {
 			fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
 		}
@@ -128,9 +130,6 @@ func run(o *options, src source, log *slog.Logger) error {
 		closeNow()
 		return fmt.Errorf("cannot listen on %s (-listen, $IMAGEGATE_LISTEN or server.listen): %w", cfg.Server.Listen, err)
 	}
-	// The listener opens before the models load: health checks are answered meanwhile (live,
-	// not ready until every model has answered its warm-up run), and a hung warm-up fails
-	// liveness (server.watchdog.max_run).
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if a := cfg.Server.AdminListen; a != "off" {
@@ -142,13 +141,6 @@ func run(o *options, src source, log *slog.Logger) error {
 			go srv.ServeAdmin(aln)
 			log.Info("admin", "addr", aln.Addr().String(), "token", token != "")
 		}
-	}
-	log.Debug("listening; loading the models", "addr", ln.Addr().String())
-	if err := srv.Reload(); err != nil {
-		closeNow()
-		ln.Close()
-		<-served
-		return err
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "models", len(cfg.Models), "onnxruntime", ort.Version(),
 		"startup", time.Since(start).Round(time.Millisecond))
