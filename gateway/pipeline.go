@@ -241,6 +241,9 @@ func (s *Server) runPipeline(r *request) error {
 // sampleTimes takes the request's queue and run times from its samples (the longest of
 // each) and its batch size (the largest), and traces them.
 func (r *request) sampleTimes() {
+	if r.samples == nil {
+		return
+	}
 	st := &r.meta.stages
 	now := time.Now()
 	for i := range r.samples.len() {
