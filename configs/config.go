@@ -74,6 +74,24 @@ type Server struct {
 	// requires "Authorization: Bearer <token>" on the admin listener, and is also served on the
 	// public listener to requests that carry it.
 	AdminTokenFile string `yaml:"admin_token_file"`
+	// Watchdog bounds a model's batch run: while one runs past its bound, /v2/health/live
+	// answers 503 (and the log says which run), so that the pod is restarted.
+	Watchdog Watchdog `yaml:"watchdog"`
+}
+
+// Watchdog bounds a batch run before the gateway stops reporting live: a run is hung once it
+// has run run_multiple times its model's typical run (the mean of its recent runs), but never
+// before min_hang nor later than max_run. A model that has not finished a run yet (its
+// warm-up) has max_run. A run is timed from when its model thread starts it, not while its
+// batch waits in the queue.
+type Watchdog struct {
+	// RunMultiple is how many typical runs a run may take.
+	RunMultiple float64 `yaml:"run_multiple"`
+	// MinHang is the least a run may take before it counts as hung: longer than any healthy
+	// run on a saturated CPU.
+	MinHang Duration `yaml:"min_hang"`
+	// MaxRun is the most a run may take, whatever its typical run.
+	MaxRun Duration `yaml:"max_run"`
 }
 
 // Log configures the gateway's log (standard error).
@@ -84,6 +102,23 @@ type Log struct {
 	// Format is text (key=value pairs) or json (one object per line). The -log-format flag
 	// overrides it.
 	Format string `yaml:"format"`
+	// Access configures the access log: one line per request.
+	Access AccessLog `yaml:"access"`
+}
+
+// AccessLog configures the access log (docs/observability.md lists its fields): one line per
+// request, with its client, model, status, sizes, stage times, batch, request and trace IDs.
+type AccessLog struct {
+	// Mode is off, errors (every request answered with an error status or dropped) or all
+	// (errors, and sample of the successful requests).
+	Mode string `yaml:"mode"`
+	// Sample is the fraction of successful requests logged in mode all, in (0, 1], drawn at
+	// random per request.
+	Sample float64 `yaml:"sample"`
+	// Format is text or json. Empty: log.format (or -log-format).
+	Format string `yaml:"format"`
+	// Output is stderr or stdout.
+	Output string `yaml:"output"`
 }
 
 // Repository configures how the served models follow the configuration and their files.

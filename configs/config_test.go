@@ -57,8 +57,11 @@ func TestDefaults(t *testing.T) {
 	if m.Input != (Input{}) || m.Output != (Output{}) || m.Preprocess.Mode != "" || m.Preprocess.Crop != 0 || m.Preprocess.Mean != nil || m.Preprocess.MaxPixels != 0 {
 		t.Fatalf("keys the model tells were filled before the model was read: %+v %+v %+v", m.Input, m.Output, m.Preprocess)
 	}
-	if cfg.Log != (Log{Level: "info", Format: "text"}) {
+	if cfg.Log != (Log{Level: "info", Format: "text", Access: AccessLog{Mode: "off", Sample: 1, Output: "stderr"}}) {
 		t.Fatalf("log: %+v", cfg.Log)
+	}
+	if w := cfg.Server.Watchdog; w != (Watchdog{RunMultiple: 20, MinHang: Duration(10 * time.Second), MaxRun: Duration(5 * time.Minute)}) {
+		t.Fatalf("watchdog: %+v", w)
 	}
 	// An explicit 0 turns the adaptive window off.
 	cfg, err = Parse([]byte("models: [{name: m, path: p, batching: {adaptive: {latency_target: 0s}, max_queue_delay: 2ms}}]\n"), "/x")
@@ -85,6 +88,15 @@ func TestStrictAndValidation(t *testing.T) {
 		{"models: [{name: m, path: p, preprocess: {max_pixels: -1}}]\n", "preprocess.max_pixels: must not be negative"},
 		{"log: {level: verbose}\nmodels: [{name: m, path: p}]\n", "log.level: must be debug, info, warn or error"},
 		{"log: {format: xml}\nmodels: [{name: m, path: p}]\n", "log.format: must be text or json"},
+		{"log: {access: {mode: on}}\nmodels: [{name: m, path: p}]\n", "log.access.mode: must be off, errors or all"},
+		{"log: {access: {mode: all, sample: 0}}\nmodels: [{name: m, path: p}]\n", "log.access.sample: must be positive"},
+		{"log: {access: {sample: 1.5}}\nmodels: [{name: m, path: p}]\n", "log.access.sample: must be in (0, 1]"},
+		{"log: {access: {format: xml}}\nmodels: [{name: m, path: p}]\n", "log.access.format"},
+		{"log: {access: {output: file}}\nmodels: [{name: m, path: p}]\n", "log.access.output: must be stderr or stdout"},
+		{"server: {watchdog: {run_multiple: 0}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.run_multiple: must be positive"},
+		{"server: {watchdog: {run_multiple: 0.5}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.run_multiple: must be in [1, 1000000]"},
+		{"server: {watchdog: {min_hang: 1m, max_run: 30s}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.max_run: (30s) must be at least"},
+		{"server: {watchdog: {min_hang: -1s}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.min_hang: must be positive"},
 		{"models: [{name: m, path: p, preprocess: {mode: squash}}]\n", "preprocess.mode"},
 		{"models: [{name: m, path: p, runtime: {execution_provider: tpu}}]\n", "runtime.execution_provider"},
 		{"models: [{name: m, path: p, runtime: {sessions: one}}]\n", "runtime.sessions"},

@@ -25,6 +25,16 @@ func (c *Config) setDefaults() {
 	if l.Format == "" {
 		l.Format = "text"
 	}
+	a := &l.Access
+	if a.Mode == "" {
+		a.Mode = "off"
+	}
+	if a.Sample == 0 {
+		a.Sample = 1
+	}
+	if a.Output == "" {
+		a.Output = "stderr"
+	}
 	for i := range c.Models {
 		setModelDefaults(&c.Models[i])
 	}
@@ -60,6 +70,16 @@ func setServerDefaults(s *Server) {
 	}
 	if s.RetryAfter == 0 {
 		s.RetryAfter = Duration(time.Second)
+	}
+	w := &s.Watchdog
+	if w.RunMultiple == 0 {
+		w.RunMultiple = 20
+	}
+	if w.MinHang == 0 {
+		w.MinHang = Duration(10 * time.Second)
+	}
+	if w.MaxRun == 0 {
+		w.MaxRun = Duration(5 * time.Minute)
 	}
 }
 

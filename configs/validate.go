@@ -29,7 +29,8 @@ func (p *problems) err() error { return errors.Join(p.errs...) }
 // meaning (none, auto, from the model).
 var (
 	serverPositive = []string{"max_body_bytes", "read_timeout", "write_timeout", "idle_timeout",
-		"shutdown_timeout", "max_connections", "queue_full_status", "retry_after"}
+		"shutdown_timeout", "max_connections", "queue_full_status", "retry_after",
+		"watchdog.run_multiple", "watchdog.min_hang", "watchdog.max_run"}
 	modelPositive = []string{"batching.max_batch_size", "batching.max_queue_size", "batching.default_timeout",
 		"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads"}
 )
@@ -40,6 +41,9 @@ func (c *Config) Validate() error {
 	var p problems
 	c.validateServer(&p)
 	validateLog(&p, c.Log)
+	if c.explicitZero("log.access.sample") {
+		p.add("log.access.sample", "must be positive (mode: errors logs the failures only)")
+	}
 	if c.Repository.Poll < 0 {
 		p.add("repository.poll", "must not be negative, got %s", c.Repository.Poll)
 	}
@@ -104,6 +108,18 @@ func (c *Config) validateServer(p *problems) {
 	if s.QueueFullStatus != 503 && s.QueueFullStatus != 429 {
 		p.add("server.queue_full_status", "must be 503 or 429, got %d", s.QueueFullStatus)
 	}
+	w := s.Watchdog
+	if w.RunMultiple < 1 || w.RunMultiple > 1e6 {
+		p.add("server.watchdog.run_multiple", "must be in [1, 1000000], got %v", w.RunMultiple)
+	}
+	switch {
+	case w.MinHang <= 0:
+		p.add("server.watchdog.min_hang", "must be positive, got %s", w.MinHang)
+	case w.MaxRun < w.MinHang:
+		p.add("server.watchdog.max_run", "(%s) must be at least server.watchdog.min_hang (%s)", w.MaxRun, w.MinHang)
+	case w.MaxRun > Duration(maxServerDuration):
+		p.add("server.watchdog.max_run", "must be at most %s, got %s", maxServerDuration, w.MaxRun)
+	}
 }
 
 func validateDurations(p *problems, s *Server) {
@@ -132,6 +148,19 @@ func validateLog(p *problems, l Log) {
 	}
 	if l.Format != "text" && l.Format != "json" {
 		p.add("log.format", "must be text or json, got %q", l.Format)
+	}
+	a := l.Access
+	if a.Mode != "off" && a.Mode != "errors" && a.Mode != "all" {
+		p.add("log.access.mode", "must be off, errors or all, got %q", a.Mode)
+	}
+	if !(a.Sample > 0 && a.Sample <= 1) {
+		p.add("log.access.sample", "must be in (0, 1], got %v", a.Sample)
+	}
+	if a.Format != "" && a.Format != "text" && a.Format != "json" {
+		p.add("log.access.format", "must be text or json (or empty: log.format), got %q", a.Format)
+	}
+	if a.Output != "stderr" && a.Output != "stdout" {
+		p.add("log.access.output", "must be stderr or stdout, got %q", a.Output)
 	}
 }
 

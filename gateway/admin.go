@@ -63,6 +63,7 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 }
 
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
+	defer s.answerID(ctx) // health and /metrics get theirs from handle
 	path := string(ctx.Path())
 	switch {
 	case strings.HasPrefix(path, "/v2/repository"):
@@ -234,5 +235,6 @@ func (s *Server) repositoryAnswer(ctx *fasthttp.RequestCtx, err error, start tim
 		// A model that fails to load: what was served before stays served (see the index).
 		writeError(ctx, fasthttp.StatusBadRequest, "cannot load: "+err.Error())
 	}
-	s.log.Info("repository request", "path", string(ctx.Path()), "took", time.Since(start).Round(time.Millisecond), "err", err)
+	s.log.Info("repository request", "path", string(ctx.Path()), "took", time.Since(start).Round(time.Millisecond),
+		"request_id", string(s.answerID(ctx)), "err", err)
 }

@@ -3,9 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/base64"
+	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -14,18 +19,31 @@ import (
 // BenchmarkPredictRequest is one /predict request through the whole pipeline and back over an
 // in-memory connection, with a fake runner: allocs/op are what a request costs the gateway
 // (plus the client's, which do not change), the figure that tells a new allocation on the hot
-// path.
+// path. The +access and +trace forms add the access log (JSON, discarded) and tracing (every
+// request sampled; the spans are dropped by a processor that exports nothing).
 func BenchmarkPredictRequest(b *testing.B) {
 	img := solidPNG(b, 16, 16, 9)
+	access := func(o *Options) { o.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil)); o.AccessSample = 1 }
+	traced := func(o *Options) {
+		o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+			sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
+	}
 	for _, c := range []struct {
 		name, ct string
 		body     []byte
+		opts     []func(*Options)
 	}{
-		{"png", "image/png", img},
-		{"json", "application/json", []byte(`{"image":"` + base64.StdEncoding.EncodeToString(img) + `"}`)},
+		{"png", "image/png", img, nil},
+		{"json", "application/json", []byte(`{"image":"` + base64.StdEncoding.EncodeToString(img) + `"}`), nil},
+		{"png+access", "image/png", img, []func(*Options){access}},
+		{"png+trace", "image/png", img, []func(*Options){traced}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s, err := New(testOptions(), nil)
+			o := testOptions()
+			for _, f := range c.opts {
+				f(&o)
+			}
+			s, err := New(o, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

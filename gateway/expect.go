@@ -21,6 +21,7 @@ func (s *Server) expectContinue(fc *fasthttp.RequestCtx) int {
 	st := s.expectDecide(fc)
 	if st != fasthttp.StatusContinue {
 		lingerOnClose(fc) // a client that did not wait for "100 Continue" may be sending its body
+		s.finishHTTP(fc, time.Time{})
 	}
 	return st
 }
@@ -71,12 +72,20 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	defer s.putRequest(r)
 	r.http.fc = fc
 	r.t = &r.http
+	r.takeRequestID(fc.Request.Header.Peek(headerRequestID))
+	r.takeTraceContext(fc.Request.Header.Peek("traceparent"), fc.Request.Header.Peek("tracestate"))
+	r.meta.stage = stageAdmit
 	err = s.admit(r)
 	if err == nil {
-		return fasthttp.StatusContinue
+		return fasthttp.StatusContinue // handle runs it (and traces and logs it)
 	}
+	s.startSpan(r)
 	status, reason := s.fail(r, err)
-	m.met.req.observe(status, reason, time.Since(r.start))
+	r.meta.stages.total = time.Since(r.start)
+	r.t.annotate(r)
+	m.met.req.observe(status, reason, r.meta.stages.total)
+	s.endSpan(r, status, reason)
+	s.logRequest(r, status, reason)
 	return status
 }
 

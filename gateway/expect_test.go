@@ -74,9 +74,15 @@ func TestExpectContinueRefusesBeforeTheBody(t *testing.T) {
 	if v := ts.metric(`gateway_requests_total{model="_unknown",version="",code="404"}`); v != 3 {
 		t.Errorf(`requests_total{model="_unknown",code="404"} = %v, want 3`, v)
 	}
-	resp, body, sent = send("/models/m/predict", 2<<20)
+	resp, body, sent = send("/models/m/predict", 2<<20, "X-Request-ID", "expect-1")
 	if resp.StatusCode != 413 || sent || !resp.Close || !strings.Contains(body, "max_body_bytes") {
 		t.Fatalf("a body declared over max_body_bytes: %d (body sent: %v) %s", resp.StatusCode, sent, body)
+	}
+	if resp.Header.Get("X-Request-ID") != "expect-1" || !strings.Contains(resp.Header.Get("Server-Timing"), "total;dur=") {
+		t.Fatalf("a refusal before the body without its request ID or Server-Timing: %v", resp.Header)
+	}
+	if resp, _, _ = send("/models/nope/predict", len(img)+1); resp.Header.Get("X-Request-ID") == "" {
+		t.Fatalf("an unknown model's refusal before the body without a request ID: %v", resp.Header)
 	}
 
 	// A full queue: 1 running (blocked in Run) and 2 waiting.

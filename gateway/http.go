@@ -28,7 +28,8 @@ import (
 // socket, and its failure is our JSON error with the status. It lives in the pooled request
 // (request.http), so that taking it allocates nothing.
 type httpTransport struct {
-	fc *fasthttp.RequestCtx
+	fc       *fasthttp.RequestCtx
+	received int64 // body bytes received
 }
 
 // serveInference runs an HTTP inference request for model m through the pipeline.
@@ -36,7 +37,28 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 	r := s.newRequest(m, fe)
 	r.http.fc = fc
 	r.t = &r.http
+	h := &fc.Request.Header
+	r.takeRequestID(h.Peek(headerRequestID))
+	r.takeTraceContext(h.Peek("traceparent"), h.Peek("tracestate"))
 	s.infer(r)
+}
+
+// headerRequestID carries a request's ID, both ways.
+const headerRequestID = "X-Request-ID"
+
+func (t *httpTransport) annotate(r *request) {
+	h := &t.fc.Response.Header
+	h.SetBytesV(headerRequestID, r.requestID())
+	var buf [160]byte
+	h.SetBytesV("Server-Timing", r.appendServerTiming(buf[:0]))
+}
+
+func (t *httpTransport) logAttrs(_ *request, attrs []slog.Attr) []slog.Attr {
+	return appendHTTPAttrs(t.fc, attrs)
+}
+
+func (t *httpTransport) bytes(*request) (in, out int64) {
+	return t.received, int64(len(t.fc.Response.Body()))
 }
 
 func (t *httpTransport) declaredBytes(*request) int64 {
@@ -157,6 +179,7 @@ func (t *httpTransport) readBody(r *request) error {
 		r.bodyBuf = s.bodyBufs.get()
 	}
 	body, err := r.readAll(src, declared, &r.bodyBuf)
+	t.received = int64(len(body))
 	if err != nil {
 		r.bodyBad = !errors.Is(err, errOverloaded) && !errors.Is(err, errTooLarge)
 		var ne net.Error
@@ -302,6 +325,7 @@ func overflowConn(fc *fasthttp.RequestCtx) bool {
 // these errors quotes the raw header block, credentials included. Nothing of err's text
 // reaches the response or the log.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	defer s.finishHTTP(ctx, time.Time{})
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {

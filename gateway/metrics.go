@@ -51,7 +51,11 @@ var metricHelp = map[string]string{
 	"gateway_connections_idle":              "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
 	"gateway_connections_lingering":         "Connections closed after their answer while the client may still be sending (a refused body left unread): the rest is read and dropped, so that the client reads the answer instead of a reset.",
-	"gateway_ready":                         "1 when serving, 0 while draining.",
+	"gateway_ready":                         "1 when serving, 0 while the models load and while draining.",
+	"gateway_live":                          "1 when live, 0 while a batch run is hung (it has run longer than its bound, server.watchdog): /v2/health/live answers 503 then.",
+	"gateway_hung_runs_total":               "Batch runs found hung by the watchdog (each counted once, when it crossed its bound).",
+	"gateway_run_age_seconds":               "How long the model's oldest batch run in progress has been running (0: none runs).",
+	"gateway_run_hang_bound_seconds":        "How long a batch run of the model may run before the watchdog counts it hung (server.watchdog: run_multiple x its typical run, within [min_hang, max_run]).",
 	"gateway_reloads_total":                 "Reloads of the repository (SIGHUP, repository.poll, the admin API), by result: ok, or failed (a model failed to load; what was served stays).",
 	"gateway_model_load_failures_total":     "Model versions that failed to load, by model.",
 	"gateway_model_instances":               "ONNX Runtime sessions alive (every instance of every model version loaded or still closing).",
@@ -188,6 +192,7 @@ type modelMetrics struct {
 	batches     *metrics.Counter
 	batchItems  *metrics.Counter
 	batchErrors *metrics.Counter
+	hungRuns    *metrics.Counter
 	dropped     map[batcher.DropReason]*metrics.Counter
 }
 
@@ -213,6 +218,7 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	mm.batches = set.NewCounter("gateway_batches_total" + l)
 	mm.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	mm.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
+	mm.hungRuns = set.NewCounter("gateway_hung_runs_total" + l)
 	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed} {
 		mm.dropped[d] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{%s,reason=%q}`, labels, d.String()))
 	}
@@ -229,6 +235,8 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	gauge("gateway_pending_samples", func(m *model) float64 { return float64(m.pending.Load()) })
 	gauge("gateway_max_batch_size", func(m *model) float64 { return float64(m.maxBatch) })
 	gauge("gateway_adaptive_batch_cap", func(m *model) float64 { return float64(m.impl.adaptiveCap()) })
+	gauge("gateway_run_age_seconds", func(m *model) float64 { _, age := m.watch.oldest(time.Now()); return age.Seconds() })
+	gauge("gateway_run_hang_bound_seconds", func(m *model) float64 { return m.dog.bound(m).Seconds() })
 	// The names just added: every name holding this model's labels.
 	for _, n := range r.set.ListMetricNames() {
 		if strings.Contains(n, l[:len(l)-1]) {

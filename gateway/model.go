@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
@@ -48,6 +50,10 @@ type model struct {
 	release func()
 	// fingerprint identifies what the model was built from (see ModelSpec).
 	fingerprint string
+	tracer      trace.Tracer // nil: not traced
+	spanName    string       // its requests' server spans
+	watch       runWatch     // its runs in progress, for the liveness watchdog
+	dog         *watchdog
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -75,15 +81,29 @@ type sampleSet interface {
 	tensorJSON(data []byte) error
 	// tensorBinary fills every row from raw little-endian tensor data.
 	tensorBinary(raw []byte) error
-	// submit runs every sample (they may share batches) and waits for their scores.
-	submit(ctx context.Context, priority int) error
+	// submit runs every sample (they may share batches) and waits for their scores; span is
+	// the request's span context (zero: not traced), which their batches' spans link.
+	submit(ctx context.Context, priority int, span trace.SpanContext) error
 	scores(i int) []float32
+	// stage is what sample i's submission and batch run tell (set by submit).
+	stage(i int) *sampleStage
 	release()
 }
 
-// newModel builds a model version and starts its batcher, whose loops run on model threads of
-// threads.
-func newModel(o ModelOptions, met *metricsRegistry, threads *sched.Threads) (*model, error) {
+// sampleStage is what a sample's submission and batch run tell its request: when it was
+// submitted, when its batch ran and its size, and the spans that link them.
+type sampleStage struct {
+	submitted, runStart, runEnd time.Time
+	batch                       int
+	span                        trace.SpanContext // the request's (the batch span links it)
+	batchSpan                   trace.SpanContext // the batch run's
+}
+
+// newModel builds a model version of server s and starts its batcher, whose loops run on
+// model threads of s's; s's tracer, when it has one, traces its batch runs, and its watchdog
+// watches them.
+func newModel(o ModelOptions, s *Server) (*model, error) {
+	met, threads := s.met, s.threads
 	if o.Version == "" {
 		o.Version = "1"
 	}
@@ -95,7 +115,7 @@ func newModel(o ModelOptions, met *metricsRegistry, threads *sched.Threads) (*mo
 	m := &model{
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
-		idle: make(chan struct{}), parameters: o.Parameters,
+		idle: make(chan struct{}), parameters: o.Parameters, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {
@@ -117,6 +137,7 @@ func newModel(o ModelOptions, met *metricsRegistry, threads *sched.Threads) (*mo
 	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
 	m.met = met.model(m)
 	met.instances.Add(int64(m.instances))
+	s.dog.add(m)
 	return m, nil
 }
 
@@ -186,6 +207,9 @@ func (m *model) doClose(ctx context.Context, met *metricsRegistry) error {
 	case <-ctx.Done():
 	}
 	err := m.impl.close(ctx)
+	if err == nil {
+		m.dog.remove(m) // no run is left (one that outlived a timed-out close stays watched)
+	}
 	if err == nil && m.release != nil {
 		// A batch may still run after a close that timed out: the runners are then left
 		// to the process rather than freed under it.
@@ -216,6 +240,7 @@ type job[T Elem] struct {
 	row    []T
 	px     []uint8
 	scores []float32
+	st     sampleStage // set by submit and the run
 }
 
 func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threads *sched.Threads) (*typedModel[T], error) {
@@ -236,6 +261,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 			m.pre.SlotLen(), r0.RowLen())
 	}
 	m.classes, m.rowLen, m.instances = r0.Classes(), r0.RowLen(), len(runners)
+	m.watch.since = make([]atomic.Int64, len(runners))
 	t := &typedModel[T]{m: m, threads: threads, runners: runners}
 	t.jobs.New = func() any { return &job[T]{row: make([]T, m.rowLen), scores: make([]float32, m.classes)} }
 	if _, ok := any(*new(T)).(uint8); ok {
@@ -276,8 +302,33 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 }
 
 // run is the batcher's run function: it stacks the jobs' rows into the instance's input
-// tensor, runs it once and copies each job's scores back.
-func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
+// tensor, runs it once and copies each job's scores back. It tells each job when its batch
+// ran (its stage times, the batch span), and the watchdog when a run starts and ends.
+func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err error) {
+	start := time.Now()
+	t.m.watch.begin(instance, start)
+	var span trace.Span
+	if tr := t.m.tracer; tr != nil {
+		span = batchSpan(tr, t.m, instance, len(jobs), start, func(yield func(trace.SpanContext) bool) {
+			for _, j := range jobs {
+				if !yield(j.st.span) {
+					return
+				}
+			}
+		})
+	}
+	defer func() {
+		end := time.Now()
+		t.m.watch.end(instance, end.Sub(start), err == nil)
+		var bsc trace.SpanContext
+		if span != nil {
+			endBatchSpan(span, end, err)
+			bsc = span.SpanContext()
+		}
+		for _, j := range jobs {
+			j.st.runStart, j.st.runEnd, j.st.batch, j.st.batchSpan = start, end, len(jobs), bsc
+		}
+	}()
 	r := t.runners[instance]
 	for i, j := range jobs {
 		if j.px == nil {
@@ -289,7 +340,7 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) error {
 		}
 	}
 	var scores []float32
-	err := t.threads.CPUBound(func() (err error) {
+	err = t.threads.CPUBound(func() (err error) {
 		scores, err = r.Run(len(jobs))
 		return err
 	})
@@ -310,7 +361,9 @@ func (t *typedModel[T]) samples(n int, images bool) sampleSet {
 		s.pool = &t.images
 	}
 	for range n {
-		s.jobs = append(s.jobs, s.pool.Get().(*job[T]))
+		j := s.pool.Get().(*job[T])
+		j.st = sampleStage{}
+		s.jobs = append(s.jobs, j)
 	}
 	return s
 }
@@ -319,7 +372,13 @@ func (t *typedModel[T]) predict(priority int) (time.Duration, bool) { return t.b
 
 func (t *typedModel[T]) warm() error {
 	for i, r := range t.runners {
-		if _, err := r.Run(t.m.maxBatch); err != nil {
+		// The watchdog watches warm-up runs too (bounded by server.watchdog.max_run: the
+		// model has no typical run time yet), and takes their time as the first typical one.
+		start := time.Now()
+		t.m.watch.begin(i, start)
+		_, err := r.Run(t.m.maxBatch)
+		t.m.watch.end(i, time.Since(start), err == nil)
+		if err != nil {
 			return fmt.Errorf("instance %d: %w", i, err)
 		}
 	}
@@ -368,8 +427,12 @@ func (s *samplesOf[T]) rows() [][]T {
 	return rows
 }
 
-func (s *samplesOf[T]) submit(ctx context.Context, priority int) error {
+func (s *samplesOf[T]) submit(ctx context.Context, priority int, span trace.SpanContext) error {
 	b, opts := s.t.b, batcher.SubmitOptions{Priority: priority}
+	now := time.Now()
+	for _, j := range s.jobs {
+		j.st = sampleStage{submitted: now, span: span}
+	}
 	if len(s.jobs) == 1 {
 		_, err := b.Submit(ctx, s.jobs[0], opts)
 		return err
@@ -398,6 +461,8 @@ func (s *samplesOf[T]) submit(ctx context.Context, priority int) error {
 }
 
 func (s *samplesOf[T]) scores(i int) []float32 { return s.jobs[i].scores }
+
+func (s *samplesOf[T]) stage(i int) *sampleStage { return &s.jobs[i].st }
 
 func (s *samplesOf[T]) release() {
 	for i, j := range s.jobs {

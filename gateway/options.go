@@ -6,13 +6,16 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
 // Options configures a Server: the HTTP front end and the bounds of the request pipeline.
 // cmd/gateway translates the YAML configuration into it; every field must be set (the
-// configuration's defaults are applied there), except Log.
+// configuration's defaults are applied there), except Log and those of observability (the
+// access log, tracing, the watchdog), whose zero values mean off and the defaults.
 type Options struct {
 	// MaxBodyBytes bounds a request body, as received and, with a Content-Encoding, as
 	// decompressed: 413 above it, refused from the declared length before it is read.
@@ -47,6 +50,15 @@ type Options struct {
 	AdminToken string
 	// Log receives the server's log lines (nil: slog.Default()).
 	Log *slog.Logger
+	// AccessLog, when not nil, receives one line per request (access.go): every failed one,
+	// and AccessSample (in [0, 1]) of the successful ones.
+	AccessLog    *slog.Logger
+	AccessSample float64
+	// TracerProvider, when not nil, traces every request and batch run (trace.go); nil: no
+	// tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// Watchdog bounds a batch run before the server stops reporting live (watchdog.go).
+	Watchdog WatchdogOptions
 }
 
 func (o *Options) validate() error {
@@ -69,6 +81,12 @@ func (o *Options) validate() error {
 	}
 	if o.QueueFullStatus != 503 && o.QueueFullStatus != 429 {
 		errs = append(errs, fmt.Errorf("QueueFullStatus must be 503 or 429, got %d", o.QueueFullStatus))
+	}
+	if o.AccessSample < 0 || o.AccessSample > 1 {
+		errs = append(errs, fmt.Errorf("AccessSample must be in [0, 1], got %v", o.AccessSample))
+	}
+	if err := o.Watchdog.withDefaults().validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.MaxBodyBytes > o.MaxInflightBytes {
 		errs = append(errs, fmt.Errorf("MaxBodyBytes (%d) must not exceed MaxInflightBytes (%d)", o.MaxBodyBytes, o.MaxInflightBytes))

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
@@ -80,6 +83,7 @@ type request struct {
 	out      []byte // the response (pooled)
 	samples  sampleSet
 	v2       v2State
+	meta     requestMeta // its ID, trace context and stage times (observe.go)
 }
 
 // maxPooledBuffer: a request's buffers above this size are not kept for the next request.
@@ -127,7 +131,7 @@ func (r *request) reserve(n int64) error {
 		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.Limit())
 	}
 	if !r.s.mem.Reserve(n) {
-		r.s.met.refusals[refuseMemory].Inc()
+		r.refuse(refuseMemory)
 		return errMemory
 	}
 	r.held += n
@@ -149,7 +153,8 @@ func (s *Server) putRequest(r *request) {
 }
 
 // infer runs an inference request through the pipeline, answers it (its transport writes the
-// failure; the front end, the success), counts it, and gives back all it took.
+// failure; the front end, the success) with its ID and stage times, counts it, traces and
+// logs it, and gives back all it took.
 func (s *Server) infer(r *request) {
 	m := r.m
 	s.inflight.Add(1)
@@ -169,6 +174,7 @@ func (s *Server) infer(r *request) {
 		s.inflight.Add(-1)
 		s.inflightDone()
 	}()
+	s.startSpan(r)
 	err := s.runPipeline(r)
 	status, reason := http.StatusOK, ""
 	if err != nil {
@@ -177,12 +183,19 @@ func (s *Server) infer(r *request) {
 			r.t.discard(r, err)
 		}
 	}
-	m.met.req.observe(status, reason, time.Since(r.start))
+	r.meta.stages.total = time.Since(r.start)
+	if reason != reasonCanceled {
+		r.t.annotate(r)
+	}
+	m.met.req.observe(status, reason, r.meta.stages.total)
+	s.endSpan(r, status, reason)
+	s.logRequest(r, status, reason)
 }
 
 // runPipeline runs the request's stages, in order (see the top of this file).
 func (s *Server) runPipeline(r *request) error {
 	// Admit: before a byte of the body is read.
+	r.meta.stage = stageAdmit
 	if err := s.admit(r); err != nil {
 		return err
 	}
@@ -194,22 +207,57 @@ func (s *Server) runPipeline(r *request) error {
 	release := r.t.watchGone(r, func() { cancelDeadline(errClientGone) })
 	defer release()
 	// Read the body, within the memory budget.
-	if err := r.t.readBody(r); err != nil {
+	r.meta.stage = stageRead
+	t := time.Now()
+	err := r.t.readBody(r)
+	end := time.Now()
+	r.meta.stages.read = end.Sub(t)
+	if r.traced() {
+		r.stageSpan("read body", t, end)
+	}
+	if err != nil {
 		return err
 	}
 	// Parse it into samples (the front end), decoding images through the decode gate.
+	r.meta.stage = stageParse
 	if err := r.fe.parse(r); err != nil {
 		return err
 	}
 	// Queue and batch: the samples run in the model's batches.
-	if err := r.samples.submit(r.rctx, r.priority); err != nil {
+	r.meta.stage = stageQueue
+	err = r.samples.submit(r.rctx, r.priority, r.meta.sc)
+	r.sampleTimes()
+	if err != nil {
 		if errors.Is(err, batcher.ErrQueueFull) { // the batcher's own bound, also at once
-			s.met.refusals[refuseQueue].Inc()
+			r.refuse(refuseQueue)
 		}
 		return err
 	}
 	// Answer (the front end, through the transport's response).
+	r.meta.stage = stageAnswer
 	return r.fe.write(r)
+}
+
+// sampleTimes takes the request's queue and run times from its samples (the longest of
+// each) and its batch size (the largest), and traces them.
+func (r *request) sampleTimes() {
+	if r.samples == nil {
+		return
+	}
+	st := &r.meta.stages
+	now := time.Now()
+	for i := range r.samples.len() {
+		ss := r.samples.stage(i)
+		switch {
+		case !ss.runStart.IsZero():
+			st.queue = max(st.queue, ss.runStart.Sub(ss.submitted))
+			st.run = max(st.run, ss.runEnd.Sub(ss.runStart))
+			st.batch = max(st.batch, ss.batch)
+		case !ss.submitted.IsZero():
+			st.queue = max(st.queue, now.Sub(ss.submitted)) // it left the queue without running
+		}
+	}
+	r.traceSamples()
 }
 
 // admit checks a request before any of its body is read.
@@ -226,7 +274,7 @@ func (s *Server) admit(r *request) error {
 	// The model's queue, without taking a place in it yet (the samples are admitted once the
 	// body is read: a slow client must not hold a place).
 	if p := r.m.pending.Load(); p >= r.m.queueCap {
-		s.met.refusals[refuseQueue].Inc()
+		r.refuse(refuseQueue)
 		return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, r.m.name, p)
 	}
 	// The deadline against the predicted wait: decode (queue and work, for a front end whose
@@ -238,7 +286,7 @@ func (s *Server) admit(r *request) error {
 	// With the decode gate's headroom: a request refused here is refused in microseconds,
 	// before its body is read; one that passes and is refused later has spent its upload.
 	if need := pred + pred/admit.Headroom; r.start.Add(need).After(r.deadline) {
-		s.met.refusals[refuseDeadline].Inc()
+		r.refuse(refuseDeadline)
 		return fmt.Errorf("%w: predicted to take %v, and a request is admitted only with %v of its deadline left (the prediction and half again); the deadline is in %v",
 			errShed, pred.Round(time.Millisecond), need.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
 	}
@@ -248,7 +296,7 @@ func (s *Server) admit(r *request) error {
 // admitSamples counts n more samples of the request against its model's queue bound.
 func (r *request) admitSamples(n int) error {
 	if err := r.m.admit(n); err != nil {
-		r.s.met.refusals[refuseQueue].Inc()
+		r.refuse(refuseQueue)
 		return err
 	}
 	r.admitted += n
@@ -285,6 +333,30 @@ func (r *request) rows(images bool) (sampleSet, error) {
 
 // decodeImage decodes an encoded image into sample i through the decode gate.
 func (r *request) decodeImage(i int, img []byte) error {
+	start := time.Now()
+	var got time.Time // when a decode worker was free
+	stage := r.meta.stage
+	r.meta.stage = stageDecode
+	err := r.decodeImageGated(i, img, &got)
+	end := time.Now()
+	r.meta.stages.decode += end.Sub(start)
+	if err == nil {
+		r.meta.stage = stage
+	}
+	if r.traced() {
+		sp := r.startStageSpan("decode", start, trace.WithAttributes(attrSample.Int(i), attrImage.Int(len(img))))
+		if !got.IsZero() {
+			sp.AddEvent("decode worker", trace.WithTimestamp(got))
+		}
+		if err != nil {
+			sp.SetStatus(codes.Error, "")
+		}
+		sp.End(trace.WithTimestamp(end))
+	}
+	return err
+}
+
+func (r *request) decodeImageGated(i int, img []byte, got *time.Time) error {
 	s, m := r.s, r.m
 	cost, heavy, err := decodeCost(m.pre, img)
 	if err != nil {
@@ -297,13 +369,13 @@ func (r *request) decodeImage(i int, img []byte) error {
 	if err := s.gate.Acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
 		switch {
 		case errors.Is(err, admit.ErrMemory):
-			s.met.refusals[refuseMemory].Inc()
+			r.refuse(refuseMemory)
 			return errMemory
 		case errors.Is(err, admit.ErrQueueFull):
-			s.met.refusals[refuseDecodeQueue].Inc()
+			r.refuse(refuseDecodeQueue)
 			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", errOverloaded, s.opts.DecodeQueue)
 		case errors.Is(err, admit.ErrShed):
-			s.met.refusals[refuseDeadline].Inc()
+			r.refuse(refuseDeadline)
 			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", errShed)
 		case errors.Is(err, admit.ErrTooLarge):
 			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, cost, s.mem.Limit())
@@ -321,7 +393,7 @@ func (r *request) decodeImage(i int, img []byte) error {
 			// A Go codec that panics on hostile data (its state is the call's own) fails
 			// this image, not the server.
 			if p := recover(); p != nil {
-				s.log.Error("image decoder panicked", "model", m.name, "panic", fmt.Sprint(p))
+				s.log.Error("image decoder panicked", "model", m.name, "request_id", string(r.requestID()), "panic", fmt.Sprint(p))
 				err = fmt.Errorf("cannot decode the image: the decoder failed: %w", preprocess.ErrBadImage)
 			}
 		}()
@@ -329,6 +401,7 @@ func (r *request) decodeImage(i int, img []byte) error {
 		return samples.decode(r.rctx, i, img)
 	}
 	t := time.Now()
+	*got = t
 	if heavy {
 		err = s.threads.Heavy(decode)
 	} else {
@@ -411,7 +484,7 @@ func (s *Server) fail(r *request, err error) (int, string) {
 		r.t.abandon(r)
 		return status, reason
 	case reasonInternal:
-		s.log.Error("inference failed", "model", r.m.name, "err", err)
+		s.log.Error("inference failed", "model", r.m.name, "version", r.m.version, "request_id", string(r.requestID()), "err", err)
 	}
 	msg := err.Error()
 	switch {

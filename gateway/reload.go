@@ -286,7 +286,7 @@ func (s *Server) build(sp ModelSpec) (*model, error) {
 		return nil, err
 	}
 	o.Name, o.Version = sp.Name, sp.Version
-	m, err := newModel(o, s.met, s.threads)
+	m, err := newModel(o, s)
 	if err != nil {
 		if o.Release != nil {
 			o.Release()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -15,10 +16,15 @@ import (
 
 // handle routes a request.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	var start time.Time
+	if s.access != nil {
+		start = time.Now()
+	}
 	defer func() {
 		if s.draining.Load() {
 			ctx.SetConnectionClose() // a drain that began while the request was handled
 		}
+		s.finishHTTP(ctx, start)
 	}()
 	path := string(ctx.Path())
 	if proto := ctx.Request.Header.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
@@ -119,6 +125,36 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		s.notFound(ctx, path)
 	}
+}
+
+// finishHTTP gives an answer that the pipeline did not make (it annotates and logs its own)
+// its X-Request-ID, the client's or a new one, and logs it.
+func (s *Server) finishHTTP(ctx *fasthttp.RequestCtx, start time.Time) {
+	if ctx.Hijacked() || ctx.Response.Header.Peek(headerRequestID) != nil {
+		return // the pipeline's
+	}
+	id := s.answerID(ctx)
+	if s.access != nil {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		s.logHTTP(ctx, start, id)
+	}
+}
+
+// answerID returns the ID of an answer made outside the pipeline, setting its X-Request-ID
+// header when it has none yet: the client's, or a new one.
+func (s *Server) answerID(ctx *fasthttp.RequestCtx) []byte {
+	if id := ctx.Response.Header.Peek(headerRequestID); id != nil {
+		return id
+	}
+	var buf [64]byte
+	id := ctx.Request.Header.Peek(headerRequestID)
+	if !validRequestID(id) {
+		id = s.ids.next(buf[:0])
+	}
+	ctx.Response.Header.SetBytesV(headerRequestID, id)
+	return ctx.Response.Header.Peek(headerRequestID)
 }
 
 // overflowMessage is the refusal over server.max_connections.

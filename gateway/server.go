@@ -16,6 +16,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/netx"
@@ -58,6 +59,11 @@ type Server struct {
 	abort    context.Context // every request's context derives from it
 	abortFn  context.CancelCauseFunc
 
+	ids    *requestIDs  // request IDs of requests that bring none
+	tracer trace.Tracer // nil: no tracing
+	access *accessLog   // nil: no access log
+	dog    *watchdog    // liveness
+
 	inflight   atomic.Int64 // inference requests in the pipeline
 	closing    atomic.Bool  // Shutdown is closing the models: a reload installs nothing more
 	inflightMu sync.Mutex
@@ -90,6 +96,14 @@ func New(opts Options, repo Repository) (*Server, error) {
 		threads:    sched.New(),
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,
+		ids:        newRequestIDs(),
+	}
+	s.dog = newWatchdog(s, opts.Watchdog.withDefaults())
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
+	if opts.AccessLog != nil {
+		s.access = &accessLog{log: opts.AccessLog, sample: opts.AccessSample}
 	}
 	if opts.AdminToken != "" {
 		h := sha256.Sum256([]byte(opts.AdminToken))
@@ -225,6 +239,12 @@ func (s *Server) registerServerMetrics() {
 	set.NewGauge("gateway_connections", func() float64 { return float64(s.conns.Open()) })
 	set.NewGauge("gateway_connections_idle", func() float64 { return float64(s.conns.Idle()) })
 	set.NewGauge("gateway_connections_lingering", func() float64 { return float64(s.conns.Lingering()) })
+	set.NewGauge("gateway_live", func() float64 {
+		if s.dog.live.Load() {
+			return 1
+		}
+		return 0
+	})
 	set.NewGauge("gateway_ready", func() float64 {
 		if s.ready.Load() {
 			return 1

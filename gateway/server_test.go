@@ -157,7 +157,7 @@ func (ts *testServer) do(method, path, ct string, body []byte, hdr ...string) re
 		return reply{status: -1, body: []byte(err.Error())}
 	}
 	r := reply{status: resp.StatusCode(), header: map[string]string{}, body: append([]byte(nil), resp.Body()...)}
-	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection"} {
+	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection", "X-Request-ID", "Server-Timing"} {
 		if v := resp.Header.Peek(k); v != nil {
 			r.header[k] = string(v)
 		}

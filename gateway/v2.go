@@ -72,6 +72,13 @@ func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 		}
 		s.serverMetadata(ctx, false)
 	case path == "/v2/health/live":
+		if live, why := s.Live(); !live {
+			b := append([]byte(`{"live":false,"reason":`), wire.AppendJSONString(nil, why)...)
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(append(b, '}'))
+			return
+		}
 		writeJSONRaw(ctx, 200, `{"live":true}`)
 	case path == "/v2/health/ready":
 		if s.ready.Load() {
@@ -253,6 +260,9 @@ func (a v2API) parseBody(r *request) error {
 	}
 	if err := v.Parse(hdr); err != nil {
 		return err
+	}
+	if v.HasID {
+		r.adoptRequestID(v.ID) // the request's ID when its transport brought none
 	}
 	m := r.m
 	in := &v.In

@@ -83,8 +83,8 @@ func TestEnvironmentDocumented(t *testing.T) {
 	for _, e := range environment() {
 		known[e.name] = true
 	}
-	re := regexp.MustCompile(`(?:Getenv|LookupEnv)\("([A-Z_0-9]+)"\)`)
-	for _, dir := range []string{".", "../../configs", "../../gateway", "../../runtime/ort", "../../preprocess", "../../batcher"} {
+	re := regexp.MustCompile(`(?:Getenv|LookupEnv|getenv)\("([A-Z_0-9]+)"\)`)
+	for _, dir := range []string{".", "../../configs", "../../gateway", "../../runtime/ort", "../../preprocess", "../../batcher", "../../internal/tracing"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

@@ -140,6 +140,16 @@ func environment() []envVar {
 		{"GOGC", "Go's: when set, it replaces the gateway's garbage collection policy"},
 		{"GOMEMLIMIT", "Go's: a memory limit applied on top of the gateway's garbage collection policy"},
 		{"MALLOC_ARENA_MAX", "glibc's: when set, the gateway does not bound malloc's arenas to one per CPU"},
+		{"OTEL_TRACES_EXPORTER", "OpenTelemetry's: otlp exports traces, none (or unset, with no OTLP endpoint set) does not; docs/observability.md"},
+		{"OTEL_SDK_DISABLED", "OpenTelemetry's: true turns tracing off"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "OpenTelemetry's: the collector's base URL (http://localhost:4318, or :4317 for grpc); setting it turns tracing on when OTEL_TRACES_EXPORTER is unset. The exporter's other OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression, certificates) apply"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OpenTelemetry's: the traces endpoint's full URL, over OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", "OpenTelemetry's: http/protobuf (default) or grpc"},
+		{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OpenTelemetry's: the traces' protocol, over OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{"OTEL_TRACES_SAMPLER", "OpenTelemetry's: parentbased_always_on (default), parentbased_traceidratio, parentbased_always_off, always_on, always_off or traceidratio; a batch run's span is sampled when a request it served is"},
+		{"OTEL_TRACES_SAMPLER_ARG", "OpenTelemetry's: the ratio of the traceidratio samplers, in [0, 1] (default 1)"},
+		{"OTEL_SERVICE_NAME", "OpenTelemetry's: the service.name of the spans (default imagegate)"},
+		{"OTEL_RESOURCE_ATTRIBUTES", "OpenTelemetry's: more resource attributes of the spans, key=value,..."},
 	}
 }
 

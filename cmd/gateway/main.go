@@ -30,10 +30,12 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"go.opentelemetry.io/otel"
 
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/configs"
 	"github.com/imagegate/imagegate/gateway"
+	"github.com/imagegate/imagegate/internal/tracing"
 	"github.com/imagegate/imagegate/preprocess"
 	"github.com/imagegate/imagegate/runtime/ort"
 )
@@ -93,7 +95,12 @@ func run(o *options, src source, log *slog.Logger) error {
 	checkFileLimit(cfg.Server.MaxConnections, log)
 	setProcs(cfg, log)
 	setGC(log)
-	srv, err := gateway.New(serverOptions(cfg.Server, token, log), repo)
+	traces, err := tracerProvider(log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(traces, log)
+	srv, err := gateway.New(serverOptions(cfg, token, log, traces), repo)
 	if err != nil {
 		return err
 	}
@@ -103,7 +110,9 @@ func run(o *options, src source, log *slog.Logger) error {
 		srv.Shutdown(ctx)
 	}
 	// Every model is loaded (and checked against its configuration: labels, preprocessing,
-	// input size) and warmed before the server listens; -check stops there.
+	// input size) and warmed before the server listens; -check stops there. (Listening first,
+	// to answer health checks during the load, slowed a start measured with frequent probes,
+	// bench/history.md; a startupProbe covers the load.)
 	if err := srv.Reload(); err != nil {
 		closeNow()
 		return err
@@ -282,9 +291,10 @@ func adminToken(path string) (string, error) {
 	return tok, nil
 }
 
-// serverOptions translates the YAML server section into the gateway's options.
-func serverOptions(c configs.Server, adminToken string, log *slog.Logger) gateway.Options {
-	return gateway.Options{
+// serverOptions translates the YAML server and log sections into the gateway's options.
+func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, traces *tracing.Provider) gateway.Options {
+	c := cfg.Server
+	o := gateway.Options{
 		MaxBodyBytes:     int64(c.MaxBodyBytes),
 		MaxInflightBytes: int64(c.MaxInflightBytes),
 		ReadTimeout:      c.ReadTimeout.D(),
@@ -298,8 +308,56 @@ func serverOptions(c configs.Server, adminToken string, log *slog.Logger) gatewa
 		RetryAfter:       c.RetryAfter.D(),
 		AdminToken:       adminToken,
 		Log:              log,
+		Watchdog: gateway.WatchdogOptions{RunMultiple: c.Watchdog.RunMultiple, MinHang: c.Watchdog.MinHang.D(),
+			MaxRun: c.Watchdog.MaxRun.D()},
+	}
+	if a := cfg.Log.Access; a.Mode != "off" {
+		out := os.Stderr
+		if a.Output == "stdout" {
+			out = os.Stdout
+		}
+		o.AccessLog = newLogger(out, "info", cmp.Or(a.Format, cfg.Log.Format))
+		if a.Mode == "all" {
+			o.AccessSample = a.Sample
+		}
+	}
+	if traces != nil {
+		o.TracerProvider = traces
+	}
+	return o
+}
+
+// tracerProvider is the OpenTelemetry tracer provider the OTEL_* environment variables ask
+// for (internal/tracing), nil when they ask for none; its errors (a collector out of reach)
+// are logged, throttled.
+func tracerProvider(log *slog.Logger) (*tracing.Provider, error) {
+	c, err := tracing.Parse(os.Getenv)
+	if err != nil || !c.Enabled {
+		return nil, err
+	}
+	otel.SetErrorHandler(tracing.ErrorHandler(log)) // a setting of the whole process
+	tp, err := tracing.New(context.Background(), c, gateway.Version)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("tracing", "protocol", c.Protocol, "sampler", c.Sampler, "ratio", c.Ratio)
+	return tp, nil
+}
+
+// flushTraces exports the spans still buffered, within traceFlushTimeout.
+func flushTraces(tp *tracing.Provider, log *slog.Logger) {
+	if tp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans not exported at exit", "err", err)
 	}
 }
+
+// traceFlushTimeout bounds the export of the last spans at exit.
+const traceFlushTimeout = 5 * time.Second
 
 // modelOptions completes one model version's configuration from the model file (what the
 // YAML leaves empty: its input, output, preprocessing and labels), logs where each setting

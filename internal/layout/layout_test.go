@@ -29,15 +29,18 @@ var mayImport = map[string][]string{
 	"gateway/internal/netx":  {},
 	"gateway/internal/sched": {},
 	"gateway/internal/wire":  {},
+	"internal/tracing":       {},
 }
 
 // mustNotImport lists, for packages (and those below them), what they must not import
 // (itself or below it): a package of this module ("./configs") or any other ("image").
 var mustNotImport = map[string][]string{
 	// The batcher batches generic items: no images, ONNX, HTTP or metrics library.
-	"batcher": {"image", "github.com/yalue/onnxruntime_go", "github.com/valyala/fasthttp", "github.com/VictoriaMetrics/metrics"},
-	// The gateway gets its runners and options injected.
-	"gateway":     {"./configs", "./runtime", "github.com/yalue/onnxruntime_go"},
+	// Nor tracing: the gateway's jobs carry their span contexts through it.
+	"batcher": {"image", "github.com/yalue/onnxruntime_go", "github.com/valyala/fasthttp", "github.com/VictoriaMetrics/metrics", "go.opentelemetry.io"},
+	// The gateway gets its runners and options injected, its tracer provider too (it uses
+	// OpenTelemetry's API, never its SDK or exporters).
+	"gateway":     {"./configs", "./runtime", "github.com/yalue/onnxruntime_go", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"},
 	"runtime/ort": {"./gateway", "./batcher", "./preprocess", "./configs", "./loadtest"},
 	"configs":     {"./gateway", "./batcher", "./runtime", "./loadtest"},
 	// The load generator talks to a server over the network only.
