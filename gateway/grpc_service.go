@@ -1,0 +1,429 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
+	"github.com/imagegate/imagegate/preprocess"
+)
+
+// The gRPC server: GRPCInferenceService (the Open Inference Protocol with Triton's
+// extensions), grpc.health.v1.Health and server reflection, on the listeners ServeGRPC is
+// given. Shutdown drains it with the HTTP listeners: health turns NOT_SERVING at once, calls
+// are served through server.drain_delay, then the listeners close (GracefulStop: GOAWAY, every
+// call accepted is answered), streams stop taking requests and end once theirs are answered.
+
+const (
+	// grpcMaxStreams bounds the calls in flight on one connection (HTTP/2's
+	// SETTINGS_MAX_CONCURRENT_STREAMS); the pipeline's admission bounds them over all.
+	grpcMaxStreams = 1024
+	// grpcFraming is what a message may hold beyond server.max_body_bytes of tensor data:
+	// its names, shape, parameters and protobuf framing.
+	grpcFraming = 64 << 10
+	// streamInflight bounds the requests of one ModelStreamInfer stream in the pipeline at
+	// once; the stream reads no more until one is answered.
+	streamInflight = 256
+)
+
+// grpcServing is one gRPC server (one per ServeGRPC).
+type grpcServing struct {
+	srv     *grpc.Server
+	stopped chan struct{} // closed when GracefulStop returned
+}
+
+// ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
+func (s *Server) ServeGRPC(ln net.Listener) error {
+	s.dog.run()
+	g := &grpcServing{srv: s.newGRPCServer(), stopped: make(chan struct{})}
+	s.lnMu.Lock()
+	if s.grpcClosed {
+		s.lnMu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.grpcs = append(s.grpcs, g)
+	s.lnMu.Unlock()
+	err := g.srv.Serve(ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) newGRPCServer() *grpc.Server {
+	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(int(min(s.opts.MaxBodyBytes+grpcFraming, 1<<31-1))),
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		// A client may ping every 10 s at most, with or without calls in flight (Triton's
+		// client pings while idle when its keepalive is set); more often is a GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// A connection idle for server.idle_timeout is closed (GOAWAY first), as HTTP's.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout}),
+		grpc.ConnectionTimeout(s.opts.ReadTimeout),
+		grpc.SharedWriteBuffer(true),
+	)
+	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
+	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})
+	reflection.Register(srv)
+	return srv
+}
+
+// stopGRPC starts the gRPC servers' graceful stop (their listeners close, clients get a
+// GOAWAY) and tells the streams to stop taking requests.
+func (s *Server) stopGRPC() {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	if s.grpcClosed {
+		return
+	}
+	s.grpcClosed = true
+	close(s.grpcStop)
+	for _, g := range s.grpcs {
+		go func() {
+			g.srv.GracefulStop()
+			close(g.stopped)
+		}()
+	}
+}
+
+// waitGRPC waits for the gRPC servers' graceful stop (every call answered), wait at most;
+// what is still open then is closed.
+func (s *Server) waitGRPC(wait time.Duration) {
+	s.lnMu.Lock()
+	gs := s.grpcs
+	s.lnMu.Unlock()
+	end := time.After(wait)
+	for _, g := range gs {
+		select {
+		case <-g.stopped:
+		case <-end:
+			g.srv.Stop()
+		}
+	}
+}
+
+// grpcService implements GRPCInferenceService; what it does not serve (ModelStatistics)
+// answers UNIMPLEMENTED.
+type grpcService struct {
+	inference.UnimplementedGRPCInferenceServiceServer
+	s *Server
+}
+
+func (g *grpcService) ServerLive(context.Context, *inference.ServerLiveRequest) (*inference.ServerLiveResponse, error) {
+	live, _ := g.s.Live()
+	return &inference.ServerLiveResponse{Live: live}, nil
+}
+
+func (g *grpcService) ServerReady(context.Context, *inference.ServerReadyRequest) (*inference.ServerReadyResponse, error) {
+	return &inference.ServerReadyResponse{Ready: g.s.ready.Load()}, nil
+}
+
+func (g *grpcService) ServerMetadata(context.Context, *inference.ServerMetadataRequest) (*inference.ServerMetadataResponse, error) {
+	ext := append([]string(nil), v2Extensions...)
+	if g.s.adminTok != nil {
+		ext = append(ext, "model_repository")
+	}
+	return &inference.ServerMetadataResponse{Name: "imagegate", Version: Version, Extensions: ext}, nil
+}
+
+// model looks a model up by its protocol name (NAME or NAME.tensor) and version; release it
+// with done.
+func (g *grpcService) model(name, version string) (*model, bool, error) {
+	base, tensorOnly := strings.CutSuffix(name, tensorSuffix)
+	m, err := g.s.lookup(base, version)
+	if err != nil {
+		status, _ := g.s.classify(err)
+		return nil, false, grpcError(status, err.Error())
+	}
+	return m, tensorOnly, nil
+}
+
+func (g *grpcService) ModelReady(_ context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
+	m, _, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	defer m.done()
+	return &inference.ModelReadyResponse{Ready: g.s.ready.Load() && !m.closing.Load()}, nil
+}
+
+func (g *grpcService) ModelMetadata(_ context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
+	m, tensorOnly, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	defer m.done()
+	name := m.name
+	in := &inference.ModelMetadataResponse_TensorMetadata{Name: m.inputName, Datatype: "BYTES", Shape: []int64{-1}}
+	if tensorOnly {
+		name += tensorSuffix
+		in = &inference.ModelMetadataResponse_TensorMetadata{Name: m.inputName, Datatype: m.datatype, Shape: append([]int64{-1}, m.shape...)}
+	}
+	return &inference.ModelMetadataResponse{
+		Name:     name,
+		Versions: g.s.versions(m.name),
+		Platform: "onnxruntime_onnx",
+		Inputs:   []*inference.ModelMetadataResponse_TensorMetadata{in},
+		Outputs:  []*inference.ModelMetadataResponse_TensorMetadata{{Name: m.outputName, Datatype: "FP32", Shape: []int64{-1, int64(m.classes)}}},
+	}, nil
+}
+
+// ModelConfig answers as HTTP's .../config does (modelConfig in v2.go), in Triton's message.
+func (g *grpcService) ModelConfig(_ context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
+	m, tensorOnly, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	defer m.done()
+	name := m.name
+	in := &inference.ModelInput{Name: m.inputName, DataType: inference.DataType_TYPE_STRING, Format: inference.ModelInput_FORMAT_NONE, Dims: []int64{1}}
+	if tensorOnly {
+		name += tensorSuffix
+		in = &inference.ModelInput{Name: m.inputName, DataType: inference.DataType_TYPE_FP32, Format: inference.ModelInput_FORMAT_NCHW, Dims: m.shape}
+		if m.pre.Options().Layout == preprocess.NHWC {
+			in.Format = inference.ModelInput_FORMAT_NHWC
+		}
+		if m.datatype == "UINT8" {
+			in.DataType = inference.DataType_TYPE_UINT8
+		}
+	}
+	params := make(map[string]*inference.ModelParameter, len(m.parameters))
+	for k, v := range m.parameters {
+		params[k] = &inference.ModelParameter{StringValue: v}
+	}
+	return &inference.ModelConfigResponse{Config: &inference.ModelConfig{
+		Name:             name,
+		Platform:         "onnxruntime_onnx",
+		Backend:          "onnxruntime",
+		MaxBatchSize:     int32(m.maxBatch * m.instances),
+		Input:            []*inference.ModelInput{in},
+		Output:           []*inference.ModelOutput{{Name: m.outputName, DataType: inference.DataType_TYPE_FP32, Dims: []int64{int64(m.classes)}}},
+		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{}},
+		Parameters:       params,
+	}}, nil
+}
+
+func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return g.s.grpcInfer(ctx, req, md, false)
+}
+
+// ModelStreamInfer answers each request of the stream on it, with its id, as its answer is
+// ready (not in order); a failed request is answered with error_message, and the stream goes
+// on. The stream ends when the client closes its side (once every request is answered), or
+// when the server drains.
+func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelStreamInferServer) error {
+	s := g.s
+	ctx := st.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	reqs := make(chan *inference.ModelInferRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var (
+		sendMu sync.Mutex
+		sendErr error
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, streamInflight)
+		err    error
+	)
+	answer := func(req *inference.ModelInferRequest) {
+		defer func() { <-sem; wg.Done() }()
+		resp, err := s.grpcInfer(ctx, req, md, true)
+		if err != nil && ctx.Err() != nil {
+			return // the stream ended: nobody to answer
+		}
+		out := &inference.ModelStreamInferResponse{InferResponse: resp}
+		if err != nil {
+			out.ErrorMessage = status.Convert(err).Message()
+			out.InferResponse = &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}
+		}
+		sendMu.Lock()
+		if sendErr == nil {
+			sendErr = st.Send(out)
+		}
+		sendMu.Unlock()
+	}
+loop:
+	for {
+		select {
+		case req := <-reqs:
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				break loop
+			}
+			wg.Add(1)
+			go answer(req)
+		case e := <-recvErr:
+			if !errors.Is(e, io.EOF) {
+				err = e
+			}
+			break loop
+		case <-s.grpcStop:
+			err = status.Error(codes.Unavailable, "gateway: draining: the server is shutting down; the stream's requests sent so far are answered, open a new stream to another server")
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// adminCall checks a repository call: it needs the admin token (server.admin_token_file) as
+// "authorization: Bearer <token>" metadata; without a configured token the repository API is
+// the admin listener's (HTTP) only.
+func (g *grpcService) adminCall(ctx context.Context) error {
+	if g.s.adminTok == nil {
+		return status.Error(codes.Unimplemented, "the model repository API is served over gRPC only with an admin token (server.admin_token_file); without one, on the admin listener (server.admin_listen)")
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if g.s.tokenOK([]byte(v)) {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "the model repository API needs authorization: Bearer <token> metadata")
+}
+
+func (g *grpcService) RepositoryIndex(ctx context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+	if err := g.adminCall(ctx); err != nil {
+		return nil, err
+	}
+	idx, err := g.s.index()
+	if err != nil {
+		return nil, status.Error(codes.Internal, "cannot read the repository: "+err.Error())
+	}
+	resp := &inference.RepositoryIndexResponse{}
+	for _, e := range idx {
+		if !req.GetReady() || e.State == StateReady {
+			resp.Models = append(resp.Models, &inference.RepositoryIndexResponse_ModelIndex{Name: e.Name, Version: e.Version, State: e.State, Reason: e.Reason})
+		}
+	}
+	return resp, nil
+}
+
+func (g *grpcService) RepositoryModelLoad(ctx context.Context, req *inference.RepositoryModelLoadRequest) (*inference.RepositoryModelLoadResponse, error) {
+	if err := g.adminCall(ctx); err != nil {
+		return nil, err
+	}
+	for k := range req.GetParameters() {
+		// As over HTTP (repositoryParams): the gateway loads what its configuration names.
+		return nil, status.Errorf(codes.InvalidArgument, "parameter %q is not supported: the gateway loads the models its configuration names; change the configuration (or the files it names) and load or reload", wire.Truncate(k, 60))
+	}
+	if err := g.s.repositoryCall("load", req.GetModelName(), g.s.LoadModel); err != nil {
+		return nil, err
+	}
+	return &inference.RepositoryModelLoadResponse{}, nil
+}
+
+func (g *grpcService) RepositoryModelUnload(ctx context.Context, req *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
+	if err := g.adminCall(ctx); err != nil {
+		return nil, err
+	}
+	for k := range req.GetParameters() {
+		if k != "unload_dependents" {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown unload parameter %q", wire.Truncate(k, 60))
+		}
+	}
+	if err := g.s.repositoryCall("unload", req.GetModelName(), g.s.UnloadModel); err != nil {
+		return nil, err
+	}
+	return &inference.RepositoryModelUnloadResponse{}, nil
+}
+
+// repositoryCall runs a load or unload and logs it, as the HTTP API does.
+func (s *Server) repositoryCall(action, name string, do func(string) error) error {
+	start := time.Now()
+	err := do(name)
+	s.log.Info("repository request", "rpc", action, "model", wire.Truncate(name, 100), "took", time.Since(start).Round(time.Millisecond), "err", err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	}
+	return status.Error(codes.InvalidArgument, fmt.Sprintf("cannot %s: %v", action, err))
+}
+
+// grpcHealth is grpc.health.v1.Health for the server ("") and for GRPCInferenceService:
+// SERVING while the server is ready (a model loaded and warm), live (the watchdog) and not
+// draining; NOT_SERVING otherwise.
+type grpcHealth struct {
+	healthgrpc.UnimplementedHealthServer
+	s *Server
+}
+
+func (h *grpcHealth) status(service string) (healthgrpc.HealthCheckResponse_ServingStatus, bool) {
+	if service != "" && service != inference.GRPCInferenceService_ServiceDesc.ServiceName {
+		return healthgrpc.HealthCheckResponse_SERVICE_UNKNOWN, false
+	}
+	live, _ := h.s.Live()
+	if live && h.s.ready.Load() && !h.s.draining.Load() {
+		return healthgrpc.HealthCheckResponse_SERVING, true
+	}
+	return healthgrpc.HealthCheckResponse_NOT_SERVING, true
+}
+
+func (h *grpcHealth) Check(_ context.Context, req *healthgrpc.HealthCheckRequest) (*healthgrpc.HealthCheckResponse, error) {
+	st, ok := h.status(req.GetService())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", wire.Truncate(req.GetService(), 100))
+	}
+	return &healthgrpc.HealthCheckResponse{Status: st}, nil
+}
+
+// Watch sends the service's status, and again each time it changes (looked at every
+// healthWatchPeriod), until the call ends or the server drains past its delay.
+func (h *grpcHealth) Watch(req *healthgrpc.HealthCheckRequest, st healthgrpc.Health_WatchServer) error {
+	t := time.NewTicker(healthWatchPeriod)
+	defer t.Stop()
+	last := healthgrpc.HealthCheckResponse_ServingStatus(-1)
+	for {
+		cur, _ := h.status(req.GetService())
+		if cur != last {
+			if err := st.Send(&healthgrpc.HealthCheckResponse{Status: cur}); err != nil {
+				return err
+			}
+			last = cur
+		}
+		select {
+		case <-t.C:
+		case <-st.Context().Done():
+			return nil
+		case <-h.s.grpcStop:
+			return status.Error(codes.Unavailable, "the server is shutting down")
+		}
+	}
+}
+
+const healthWatchPeriod = 250 * time.Millisecond
