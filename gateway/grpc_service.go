@@ -249,11 +249,11 @@ func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelSt
 		}
 	}()
 	var (
-		sendMu sync.Mutex
+		sendMu  sync.Mutex
 		sendErr error
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, streamInflight)
-		err    error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, streamInflight)
+		err     error
 	)
 	answer := func(req *inference.ModelInferRequest) {
 		defer func() { <-sem; wg.Done() }()
