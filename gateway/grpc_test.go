@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -449,5 +452,59 @@ func TestGRPCDrain(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGRPCTruncatedFrames: a call whose gRPC message is cut short (its length prefix says
+// more than its stream carries), and a connection that ends inside a frame, get the server's
+// answer or a closed connection, and the server answers the next client.
+func TestGRPCTruncatedFrames(t *testing.T) {
+	_, c, cc := newGRPCServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	addr := cc.Target()
+	for _, cut := range []string{"message", "frame"} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		nc.Write([]byte(http2.ClientPreface))
+		fr := http2.NewFramer(nc, nc)
+		fr.WriteSettings()
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/inference.GRPCInferenceService/ModelInfer"},
+			{":authority", "gw"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+		msg := []byte{0, 0, 0, 0x10, 0} // uncompressed, 4096 bytes declared
+		msg = append(msg, 0x0a, 0x01, 'm')
+		if cut == "message" {
+			fr.WriteData(1, true, msg) // the stream ends 4093 bytes short
+			code := ""
+			for code == "" {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("no answer to a truncated message: %v", err)
+				}
+				if h, ok := f.(*http2.HeadersFrame); ok {
+					fields, _ := hpack.NewDecoder(4096, nil).DecodeFull(h.HeaderBlockFragment())
+					for _, hf := range fields {
+						if hf.Name == "grpc-status" {
+							code = hf.Value
+						}
+					}
+				}
+			}
+			if code == "0" {
+				t.Errorf("a truncated message answered OK")
+			}
+		} else {
+			nc.Write([]byte{0, 0, 100, 0, 0}) // a DATA frame header cut short, then the end
+		}
+		nc.Close()
+		if _, err := c.ModelInfer(t.Context(), imageRequest("m", solidPNG(t, 8, 8, 60))); err != nil {
+			t.Fatalf("after a truncated %s: %v", cut, err)
+		}
 	}
 }
