@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -17,8 +18,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -77,12 +80,74 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout}),
 		grpc.ConnectionTimeout(s.opts.ReadTimeout),
 		grpc.SharedWriteBuffer(true),
+		grpc.InTapHandle(s.grpcTap),
 	)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
 	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})
 	reflection.Register(srv)
 	return srv
 }
+
+// grpcTap refuses a ModelInfer call before grpc-go reads its message, when no model could
+// take it: the server is past its drain's end, the decode queue is full, every model's queue
+// is full, or no model is predicted to answer before the call's deadline. HTTP refuses on
+// the header alone likewise; without this a refused call first costs its whole upload
+// (receiving and decoding a photo's message is most of what a refusal costs). The checks are
+// admit's, over every model since the message names its model; the request is refused again
+// by admit if it passes here and its model cannot take it. It runs under the connection's
+// lock: it only reads counters.
+func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName != grpcModelInfer {
+		return ctx, nil
+	}
+	if s.aborted.Load() {
+		return ctx, status.Error(codes.Unavailable, "gateway: draining: the server is shutting down")
+	}
+	t := s.models.Load()
+	var only *model // the model a refusal is counted on, when one is served
+	queued, late, n := true, true, 0
+	deadline, hasDeadline := ctx.Deadline()
+	now := time.Now()
+	for _, vs := range t.byName {
+		for _, m := range vs {
+			n++
+			only = m
+			if m.pending.Load() < m.queueCap {
+				queued = false
+			}
+			pred, _ := m.impl.predict(0)
+			if !hasDeadline || !now.Add(pred+pred/admit.Headroom).After(deadline) {
+				late = false
+			}
+		}
+	}
+	if n != 1 {
+		only = nil
+	}
+	var stage, reason, msg string
+	switch waiting, _ := s.gate.Stats(); {
+	case n == 0:
+		return ctx, nil // answered NOT_FOUND once its model is read
+	case waiting >= s.opts.DecodeQueue:
+		stage, reason, msg = refuseDecodeQueue, reasonOverloaded, fmt.Sprintf("gateway: overloaded: %d requests wait for a decode worker (server.decode_queue)", waiting)
+	case queued:
+		stage, reason, msg = refuseQueue, reasonQueueFull, "gateway: queue full: every model's queue is full (batching.max_queue_size)"
+	case late:
+		stage, reason, msg = refuseDeadline, reasonShed, "gateway: would miss its deadline: no model is predicted to answer before the call's deadline"
+	default:
+		return ctx, nil
+	}
+	s.met.refusals[stage].Inc()
+	if only != nil {
+		only.met.req.observe(http.StatusServiceUnavailable, reason, 0)
+	} else {
+		s.met.unknown.observe(http.StatusServiceUnavailable, reason, 0)
+	}
+	return ctx, status.Error(codes.Unavailable, msg)
+}
+
+// grpcModelInfer is ModelInfer's full method name.
+const grpcModelInfer = "/inference.GRPCInferenceService/ModelInfer"
 
 // stopGRPC starts the gRPC servers' graceful stop (their listeners close, clients get a
 // GOAWAY) and tells the streams to stop taking requests.

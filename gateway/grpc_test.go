@@ -277,31 +277,42 @@ func TestGRPCStatusCodes(t *testing.T) {
 	}
 }
 
-// TestGRPCRefusalsAreUnavailable: a refusal of a full queue is UNAVAILABLE with retry-after.
+// TestGRPCRefusalsAreUnavailable: a refusal of a full queue is UNAVAILABLE: before its
+// message is read when no model could take it (the only model's queue is full), and with a
+// retry-after trailer when its own model refuses it (another model could have taken it).
 func TestGRPCRefusalsAreUnavailable(t *testing.T) {
-	f := newFake[float32](3*side*side, 3, 1)
-	mo := modelOpts("m", RunnersOf[float32]{f})
-	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 1}
-	ts, c, _ := newGRPCServer(t, testOptions(), mo)
-	f.gate = make(chan struct{})
-	img := solidPNG(t, 8, 8, 60)
-	m := ts.s.models.Load().byName["m"][0]
-	var wg sync.WaitGroup
-	for i := range 2 { // one runs (held by the gate), one waits: the queue holds 2 samples
-		wg.Go(func() {
-			if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
-				t.Error(err)
-			}
-		})
-		waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
+	for _, models := range []int{1, 2} {
+		f := newFake[float32](3*side*side, 3, 1)
+		mo := modelOpts("m", RunnersOf[float32]{f})
+		mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 1}
+		all := []ModelOptions{mo}
+		if models == 2 {
+			all = append(all, modelOpts("other", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+		}
+		ts, c, _ := newGRPCServer(t, testOptions(), all...)
+		f.gate = make(chan struct{})
+		img := solidPNG(t, 8, 8, 60)
+		m := ts.s.models.Load().byName["m"][0]
+		var wg sync.WaitGroup
+		for i := range 2 { // one runs (held by the gate), one waits: the queue holds 2 samples
+			wg.Go(func() {
+				if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
+					t.Error(err)
+				}
+			})
+			waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
+		}
+		var trailer metadata.MD
+		_, err := c.ModelInfer(t.Context(), imageRequest("m", img), grpc.Trailer(&trailer))
+		if status.Code(err) != codes.Unavailable || models == 2 && len(trailer.Get("retry-after")) != 1 {
+			t.Errorf("%d models: a full queue: %v, trailer %v", models, err, trailer)
+		}
+		if v := ts.metric(`gateway_requests_total{model="m",version="1",code="503"}`); v != 1 {
+			t.Errorf("%d models: refusals counted %v", models, v)
+		}
+		close(f.gate)
+		wg.Wait()
 	}
-	var trailer metadata.MD
-	_, err := c.ModelInfer(t.Context(), imageRequest("m", img), grpc.Trailer(&trailer))
-	if status.Code(err) != codes.Unavailable || len(trailer.Get("retry-after")) != 1 {
-		t.Errorf("a full queue: %v, trailer %v", err, trailer)
-	}
-	close(f.gate)
-	wg.Wait()
 }
 
 // TestGRPCMetadataCalls: liveness, readiness, metadata and configuration, and health.
