@@ -106,12 +106,14 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 	t := s.models.Load()
 	var only *model // the model a refusal is counted on, when one is served
 	queued, late, n := true, true, 0
+	calls := int64(s.opts.DecodeQueue + s.opts.DecodeWorkers) // the calls' bound (below)
 	deadline, hasDeadline := ctx.Deadline()
 	now := time.Now()
 	for _, vs := range t.byName {
 		for _, m := range vs {
 			n++
 			only = m
+			calls += m.queueCap
 			if m.pending.Load() < m.queueCap {
 				queued = false
 			}
@@ -128,6 +130,12 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 	switch waiting, _ := s.gate.Stats(); {
 	case n == 0:
 		return ctx, nil // answered NOT_FOUND once its model is read
+	case s.grpcCalls.Load() >= calls:
+		// grpc-go reads a call's whole message before the pipeline sees it: the calls in
+		// flight are bounded by what the queues can hold, so that the messages of calls a
+		// queue would refuse are not received (the memory budget charges them only once
+		// received).
+		stage, reason, msg = refuseQueue, reasonQueueFull, fmt.Sprintf("gateway: queue full: %d ModelInfer calls in flight, what the decode and model queues hold", calls)
 	case waiting >= s.opts.DecodeQueue:
 		stage, reason, msg = refuseDecodeQueue, reasonOverloaded, fmt.Sprintf("gateway: overloaded: %d requests wait for a decode worker (server.decode_queue)", waiting)
 	case queued:
@@ -135,6 +143,8 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 	case late:
 		stage, reason, msg = refuseDeadline, reasonShed, "gateway: would miss its deadline: no model is predicted to answer before the call's deadline"
 	default:
+		s.grpcCalls.Add(1)
+		context.AfterFunc(ctx, func() { s.grpcCalls.Add(-1) }) // the call's context ends with it
 		return ctx, nil
 	}
 	s.met.refusals[stage].Inc()

@@ -261,6 +261,9 @@ func TestGRPCStatusCodes(t *testing.T) {
 	if v := ts.metric(`gateway_requests_total{model="_unknown",version="",code="404"}`); v != 2 {
 		t.Errorf("unknown models counted: %v", v)
 	}
+	// Every call counted in flight by the tap (the bound on messages being received) ended,
+	// the refused and the oversized ones too.
+	waitUntil(t, func() bool { return ts.s.grpcCalls.Load() == 0 })
 	// An expired deadline: DEADLINE_EXCEEDED (grpc-go's own, or the server's shed).
 	ctx, cancel := context.WithTimeout(t.Context(), time.Microsecond)
 	defer cancel()

@@ -57,6 +57,7 @@ type Server struct {
 	grpcs      []*grpcServing
 	grpcClosed bool
 	grpcStop   chan struct{}
+	grpcCalls  atomic.Int64 // ModelInfer calls past grpcTap and not ended
 
 	ready    atomic.Bool
 	draining atomic.Bool
