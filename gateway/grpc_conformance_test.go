@@ -136,6 +136,9 @@ type rawMessage struct{ b []byte }
 
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error)      { return v.(*rawMessage).b, nil }
-func (rawCodec) Unmarshal(data []byte, v any) error { v.(*rawMessage).b = append([]byte(nil), data...); return nil }
-func (rawCodec) Name() string                       { return "proto" }
+func (rawCodec) Marshal(v any) ([]byte, error) { return v.(*rawMessage).b, nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	v.(*rawMessage).b = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
