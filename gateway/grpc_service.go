@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -42,6 +44,9 @@ const (
 	// streamInflight bounds the requests of one ModelStreamInfer stream in the pipeline at
 	// once; the stream reads no more until one is answered.
 	streamInflight = 256
+	// grpcWindow is a call's HTTP/2 flow-control window (a connection's is 4 of them): what a
+	// client may send before the server reads it.
+	grpcWindow = 1 << 20
 )
 
 // grpcServing is one gRPC server (one per ServeGRPC).
@@ -81,6 +86,15 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		grpc.ConnectionTimeout(s.opts.ReadTimeout),
 		grpc.SharedWriteBuffer(true),
 		grpc.InTapHandle(s.grpcTap),
+		// A photo's message (hundreds of KiB) arrives without waiting for window updates,
+		// and in few reads.
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(4*grpcWindow),
+		grpc.ReadBufferSize(grpcWindow/4),
+		// Calls run on goroutines kept for them (their stacks already grown), not one new
+		// goroutine each; when all are busy grpc-go starts one as before.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		experimental.BufferPool(&bufferPool{}),
 	)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
 	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})
