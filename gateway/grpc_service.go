@@ -243,8 +243,13 @@ func (g *grpcService) model(name, version string) (*model, bool, error) {
 	return m, tensorOnly, nil
 }
 
+// ModelReady answers false for a model or version not served, as Triton does (its clients'
+// is_model_ready polls a model being loaded), rather than NOT_FOUND.
 func (g *grpcService) ModelReady(_ context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
 	m, _, err := g.model(req.GetName(), req.GetVersion())
+	if status.Code(err) == codes.NotFound {
+		return &inference.ModelReadyResponse{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

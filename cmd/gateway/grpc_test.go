@@ -56,6 +56,9 @@ func TestGRPCClientRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v %v", name, ok, err)
 		}
 	}
+	if ok, err := c.ModelReady(ctx, "nope", ""); ok || err != nil {
+		t.Fatalf("an unknown model is ready: %v %v", ok, err)
+	}
 	md, err := c.ModelMetadata(ctx, "mobilenetv2", "")
 	if err != nil || md.Name != "mobilenetv2" || md.Inputs[0].Datatype != "BYTES" || !slices.Equal(md.Outputs[0].Shape, []int64{-1, 1000}) {
 		t.Fatalf("model metadata: %v %v", md, err)
