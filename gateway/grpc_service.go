@@ -95,6 +95,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		// goroutine each; when all are busy grpc-go starts one as before.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 		experimental.BufferPool(&bufferPool{}),
+		grpc.ForceServerCodecV2(newGRPCCodec()),
 	)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
 	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})
