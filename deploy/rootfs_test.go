@@ -43,8 +43,8 @@ import (
 //   - as root, also chrooted into the set as the Dockerfile's USER with its WORKDIR, ENV,
 //     ENTRYPOINT and CMD verbatim: what the container runtime does, less namespaces;
 //   - with the KServe ServingRuntime's args (kserve/servingruntime.yaml).
-// Each run must serve a real prediction of the default model, map no file from outside the
-// set (/proc/PID/maps), and exit 0 on SIGTERM. The test logs every file's size and the total:
+// Each run must serve a real prediction of the default model, answer SERVING to a gRPC health
+// check, map no file from outside the set (/proc/PID/maps), and exit 0 on SIGTERM. The test logs every file's size and the total:
 // the image's uncompressed size.
 
 const imageBudget = 80_000_000 // bytes: the target for the uncompressed image
