@@ -90,6 +90,13 @@ type stageTimes struct {
 	run    time.Duration // its batch's run
 	total  time.Duration // from its headers to its answer
 	batch  int           // the size of its (largest) batch
+	// For the statistics extension (stats.go), from the times taken above: the part of decode
+	// spent waiting for a decode worker; from the body's end to its samples' submission (the
+	// parse, decodes included); how the (longest) run divides; when the answer began.
+	decodeWait         time.Duration
+	parse              time.Duration
+	runInput, runInfer time.Duration
+	readEnd, answering time.Time
 }
 
 // Pipeline stages, as the access log names the one a failed request was in.
