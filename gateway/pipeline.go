@@ -253,15 +253,19 @@ func (r *request) sampleTimes() {
 			st.parse = sub.Sub(st.readEnd)
 		}
 	}
+	var last time.Time
 	for i := range r.samples.len() {
 		ss := r.samples.stage(i)
 		switch {
 		case !ss.runStart.IsZero():
 			st.queue = max(st.queue, ss.runStart.Sub(ss.submitted))
-			if run := ss.runEnd.Sub(ss.runStart); run >= st.run {
-				st.run, st.runInput, st.runInfer = run, ss.runInput, ss.runInfer
-			}
+			st.run = max(st.run, ss.runEnd.Sub(ss.runStart))
 			st.batch = max(st.batch, ss.batch)
+			if ss.runEnd.After(last) { // the statistics take the sample that ran last
+				last = ss.runEnd
+				st.lastQueue, st.lastRun = ss.runStart.Sub(ss.submitted), ss.runEnd.Sub(ss.runStart)
+				st.runInput, st.runInfer = ss.runInput, ss.runInfer
+			}
 		case !ss.submitted.IsZero():
 			st.queue = max(st.queue, now.Sub(ss.submitted)) // it left the queue without running
 		}

@@ -80,14 +80,15 @@ func (s *Server) serveStats(ctx *fasthttp.RequestCtx, name, version string) {
 // statTimes is a request's times as the statistics count them, from its stage times: queue
 // is its waits for a decode worker and for its batch; compute_input its parse and decodes
 // and its batch's input fill; compute_infer its batch's model run; compute_output its batch's
-// copy of the scores and the writing of its answer.
+// copy of the scores and the writing of its answer. A request whose samples ran in several
+// batches counts the batch that ended last.
 func (r *request) statTimes() stats.Request {
 	st := &r.meta.stages
 	t := stats.Request{Start: r.start, Total: st.total}
-	t.Queue = st.decodeWait + st.queue
+	t.Queue = st.decodeWait + st.lastQueue
 	t.Input = st.parse - st.decodeWait + st.runInput
 	t.Infer = st.runInfer
-	t.Output = st.run - st.runInput - st.runInfer
+	t.Output = st.lastRun - st.runInput - st.runInfer
 	if !st.answering.IsZero() {
 		t.Output += st.total - st.answering.Sub(r.start)
 	}
