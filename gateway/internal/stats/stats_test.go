@@ -92,3 +92,16 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations per request and batch", n)
 	}
 }
+
+// BenchmarkRequest: what a request and its share of a batch run cost, from every core at once.
+func BenchmarkRequest(b *testing.B) {
+	m := New(8)
+	now := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Request(Request{Start: now, Total: 3, Queue: 1, Input: 1, Infer: 1}, true)
+			m.Batch(4, 1, 1, 1)
+		}
+	})
+}
