@@ -6,13 +6,16 @@
 # deploy/rootfs_test.go serves the default model from it (no Docker engine runs on our machines).
 #
 #   make image                      # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
-#   docker run --rm -p 8080:8080 imagegate:VERSION
+#   docker run --rm -p 8080:8080 -p 8001:8001 imagegate:VERSION
 #   docker run --rm -p 8080:8080 -v $PWD/models:/models imagegate:VERSION -model /models/x.onnx
 #   docker run --rm -p 8080:8080 -v $PWD/my.yaml:/etc/imagegate.yaml imagegate:VERSION -config /etc/imagegate.yaml
 #   docker run --rm -p 8080:8080 -v $PWD/mymodel:/mnt/models imagegate:VERSION --model_dir=/mnt/models --model_name=mymodel --http_port=8080
 #
-# IMAGEGATE_LISTEN makes the gateway listen on every interface whatever -config or -model it is
-# given (precedence: -listen > $IMAGEGATE_LISTEN > server.listen > the default, loopback).
+# IMAGEGATE_LISTEN and IMAGEGATE_GRPC_LISTEN make the HTTP API (8080) and the gRPC API (8001,
+# Open Inference Protocol over h2c) listen on every interface whatever -config or -model it is
+# given: environment variables, not flags in CMD, which any argument given to `docker run`
+# replaces (precedence: -listen > $IMAGEGATE_LISTEN > server.listen > the default, loopback;
+# likewise -grpc-listen > $IMAGEGATE_GRPC_LISTEN > server.grpc_listen).
 #
 # Each platform's build stage runs natively (under emulation for the other one with buildx):
 # the library closure is taken with that platform's ldd, and ONNX Runtime's pinned build for
@@ -59,12 +62,12 @@ WORKDIR /app
 # runtime.cache_dir auto: /app/cache/imagegate, where scripts/rootfs.sh put the default model's
 # optimized graph (read-only at run time: a CPU of another kind than the build's starts without it)
 ENV XDG_CACHE_HOME=/app/cache
-EXPOSE 8080
+EXPOSE 8080 8001
 LABEL org.opencontainers.image.title="imagegate" \
       org.opencontainers.image.description="Dynamic-batching inference gateway for ONNX image classifiers" \
       org.opencontainers.image.version="$VERSION" \
       org.opencontainers.image.licenses="see /usr/share/doc/*/copyright"
 HEALTHCHECK --interval=10s --timeout=2s CMD ["/app/bin/gateway", "-healthcheck", "http://127.0.0.1:8080/v2/health/ready"]
-ENV IMAGEGATE_LISTEN=0.0.0.0:8080
+ENV IMAGEGATE_LISTEN=0.0.0.0:8080 IMAGEGATE_GRPC_LISTEN=0.0.0.0:8001
 ENTRYPOINT ["/app/bin/gateway"]
 CMD ["-config", "/app/configs/gateway.yaml"]

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/template"
@@ -395,9 +397,20 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 		t.Errorf("Service selector %v does not select the pods %v", svc.Spec.Selector, pod.Labels)
 	}
 	for _, p := range svc.Spec.Ports {
-		if p.TargetPort.String() != "http" {
-			t.Errorf("Service port %s targets %s, want the container's named port http", p.Name, p.TargetPort.String())
+		if p.TargetPort.String() != p.Name || !slices.ContainsFunc(ctr.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == p.Name }) {
+			t.Errorf("Service port %s targets %s, want the container's port of the same name", p.Name, p.TargetPort.String())
 		}
+	}
+	checkListeners(t, "Deployment "+d.Name, ctr, argValue(ctr.Args, "-listen"), argValue(ctr.Args, "-grpc-listen"), "grpc")
+	// gRPC is HTTP/2 in clear text: the Service says so to the proxies that read appProtocol.
+	if i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "grpc" }); i < 0 {
+		t.Errorf("Service %s has no port named grpc", svc.Name)
+	} else if ap := svc.Spec.Ports[i].AppProtocol; ap == nil || *ap != "kubernetes.io/h2c" {
+		got := "none"
+		if ap != nil {
+			got = *ap
+		}
+		t.Errorf("Service port grpc: appProtocol %s, want kubernetes.io/h2c", got)
 	}
 	if pdb.Spec.Selector == nil || !subset(pdb.Spec.Selector.MatchLabels, pod.Labels) {
 		t.Errorf("PodDisruptionBudget selector does not select the pods")
@@ -432,12 +445,12 @@ func checkContainer(t *testing.T, what string, ctrs []corev1.Container, podSC *c
 	c := ctrs[0]
 	port := int32(0)
 	for _, p := range c.Ports {
-		if p.Name == "http" || len(c.Ports) == 1 {
+		if p.Name == "http" || p.Name == "http1" || len(c.Ports) == 1 { // http1: Knative's name
 			port = p.ContainerPort
 		}
 	}
 	if port == 0 {
-		t.Errorf("%s: no container port (named http)", what)
+		t.Errorf("%s: no container port (named http or http1)", what)
 	}
 	probe := func(name string, p *corev1.Probe, path string) {
 		if p == nil || p.HTTPGet == nil {
@@ -641,6 +654,32 @@ func argValue(args []string, flag string) string {
 	return ""
 }
 
+// checkListeners: the gateway listens on every interface, HTTP on the container's http (or
+// http1) port and gRPC on the one named grpcName, each declared once over TCP.
+func checkListeners(t *testing.T, what string, c corev1.Container, httpAddr, grpcAddr, grpcName string) {
+	t.Helper()
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		if _, dup := ports[p.Name]; dup || p.Protocol != corev1.ProtocolTCP {
+			t.Errorf("%s: container port %q declared twice or not TCP (%s)", what, p.Name, p.Protocol)
+		}
+		ports[p.Name] = p.ContainerPort
+	}
+	httpPort, ok := ports["http"]
+	if !ok {
+		httpPort = ports["http1"]
+	}
+	for _, l := range []struct {
+		proto, addr string
+		port        int32
+	}{{"HTTP", httpAddr, httpPort}, {"gRPC", grpcAddr, ports[grpcName]}} {
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil || host != "0.0.0.0" || port != strconv.Itoa(int(l.port)) || l.port == 0 {
+			t.Errorf("%s: the %s listener is %q, want 0.0.0.0 on the container's port (%d)", what, l.proto, l.addr, l.port)
+		}
+	}
+}
+
 func subset(sel, labels map[string]string) bool {
 	for k, v := range sel {
 		if labels[k] != v {
@@ -732,15 +771,19 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 			t.Errorf("ServingRuntime args %v lack %s", c.Args, want)
 		}
 	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
-		t.Errorf("ServingRuntime container ports %v, want 8080 (--http_port)", c.Ports)
+	// HTTP first: in Standard mode KServe's Service maps its port 80 to the first container
+	// port and keeps the others' numbers. The gRPC port is named h2c, the name by which
+	// Knative and KServe know a port that speaks HTTP/2 without TLS.
+	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[1].Name != "h2c" {
+		t.Errorf("ServingRuntime container ports %v, want 8080 (--http_port) then one named h2c (gRPC)", c.Ports)
 	}
+	checkListeners(t, "ServingRuntime "+rt.Metadata.Name, c, "0.0.0.0:"+argValue(c.Args, "-http_port"), argValue(c.Args, "-grpc-listen"), "h2c")
 	if !slices.ContainsFunc(rt.Spec.SupportedModelFormats, func(f struct {
 		Name string `json:"name"`
 	}) bool {
 		return f.Name == "onnx"
-	}) || !slices.Contains(rt.Spec.ProtocolVersions, "v2") {
-		t.Errorf("ServingRuntime should support model format onnx over protocol v2")
+	}) || !slices.Contains(rt.Spec.ProtocolVersions, "v2") || !slices.Contains(rt.Spec.ProtocolVersions, "grpc-v2") {
+		t.Errorf("ServingRuntime should support model format onnx over protocols v2 and grpc-v2, got %v", rt.Spec.ProtocolVersions)
 	}
 	m := isvc.Spec.Predictor.Model
 	if m.Runtime != rt.Metadata.Name || m.ModelFormat.Name != "onnx" || m.ProtocolVersion != "v2" || m.StorageURI == "" {

@@ -429,7 +429,9 @@ func startMonitoredGateway(t *testing.T, cfgPath, cfg string) *monitoredGateway 
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-config", cfgPath, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "ONNXRUNTIME_LIB="+lib)
+	// gRPC on a free port too, not the default 8001 that another gateway may hold (a build
+	// without gRPC ignores the variable).
+	cmd.Env = append(os.Environ(), "ONNXRUNTIME_LIB="+lib, "IMAGEGATE_GRPC_LISTEN=127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

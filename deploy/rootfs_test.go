@@ -3,12 +3,14 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +28,9 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/linter"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -38,8 +43,8 @@ import (
 //   - as root, also chrooted into the set as the Dockerfile's USER with its WORKDIR, ENV,
 //     ENTRYPOINT and CMD verbatim: what the container runtime does, less namespaces;
 //   - with the KServe ServingRuntime's args (kserve/servingruntime.yaml).
-// Each run must serve a real prediction of the default model, map no file from outside the
-// set (/proc/PID/maps), and exit 0 on SIGTERM. The test logs every file's size and the total:
+// Each run must serve a real prediction of the default model, answer SERVING to a gRPC health
+// check, map no file from outside the set (/proc/PID/maps), and exit 0 on SIGTERM. The test logs every file's size and the total:
 // the image's uncompressed size.
 
 const imageBudget = 80_000_000 // bytes: the target for the uncompressed image
@@ -48,6 +53,7 @@ type dockerStage struct {
 	user, workdir       string
 	env                 []string
 	entrypoint, command []string
+	expose              []string // EXPOSE's ports, as written (8080, 8001/tcp)
 }
 
 // runtimeStage parses the Dockerfile with BuildKit's own parser and linter (a lint warning is an
@@ -129,7 +135,9 @@ func runtimeStage(t *testing.T) dockerStage {
 			if !x.PrependShell {
 				st.command = x.CmdLine
 			}
-		case *instructions.ArgCommand, *instructions.ExposeCommand, *instructions.LabelCommand, *instructions.HealthCheckCommand:
+		case *instructions.ExposeCommand:
+			st.expose = append(st.expose, x.Ports...)
+		case *instructions.ArgCommand, *instructions.LabelCommand, *instructions.HealthCheckCommand:
 		default:
 			t.Fatalf("Dockerfile: runtime stage %q: only the rootfs COPY and metadata belong there", c.Name())
 		}
@@ -144,8 +152,16 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 	stage := runtimeStage(t)
 	// The image listens on every interface through the environment, not through CMD's flags,
 	// so that a container given its own -config or -model stays reachable.
-	if !slices.Contains(stage.env, "IMAGEGATE_LISTEN=0.0.0.0:8080") || slices.Contains(stage.command, "-listen") {
-		t.Errorf("the runtime stage should set IMAGEGATE_LISTEN=0.0.0.0:8080 and no -listen in CMD: env %v, cmd %v", stage.env, stage.command)
+	for _, l := range []struct{ env, flag, port string }{
+		{"IMAGEGATE_LISTEN", "-listen", "8080"},           // HTTP
+		{"IMAGEGATE_GRPC_LISTEN", "-grpc-listen", "8001"}, // gRPC (Triton's port; the admin listener holds 8081)
+	} {
+		if !slices.Contains(stage.env, l.env+"=0.0.0.0:"+l.port) || slices.Contains(stage.command, l.flag) {
+			t.Errorf("the runtime stage should set %s=0.0.0.0:%s and no %s in CMD: env %v, cmd %v", l.env, l.port, l.flag, stage.env, stage.command)
+		}
+		if !slices.ContainsFunc(stage.expose, func(p string) bool { return p == l.port || p == l.port+"/tcp" }) {
+			t.Errorf("the runtime stage should EXPOSE %s ($%s), exposes %v", l.port, l.env, stage.expose)
+		}
 	}
 	shared := filepath.Join("..", "..", "shared")
 	jpeg, err := os.ReadFile(filepath.Join(shared, "images", "go_video-001_baseline.jpeg"))
@@ -252,16 +268,38 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 	imageArgs := append(slices.Clone(stage.entrypoint[1:]), stage.command...)
 	imageArgs = append(imageArgs, "-listen", "127.0.0.1:0")
 
-	// The image's environment, its paths into the set (loader mode).
-	remapEnv := func(env []string) []string {
-		r := make([]string, len(env))
-		for i, kv := range env {
-			if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(v, "/") {
-				kv = k + "=" + filepath.Join(root, v)
+	// A binary built before the gRPC listener has no -grpc-listen: its runs skip the gRPC checks
+	// (and the ServingRuntime's --grpc-listen, which it would refuse) rather than fail.
+	help, _ := exec.Command(loader, "--inhibit-cache", "--library-path", libPath, bin, "-h").CombinedOutput()
+	speaksGRPC := bytes.Contains(help, []byte("-grpc-listen"))
+	if !speaksGRPC {
+		t.Log("the gateway has no -grpc-listen flag: the gRPC checks are skipped")
+	}
+	// The image's environment, its paths into the set (loader mode), and a free loopback port
+	// for gRPC instead of 0.0.0.0:8001 (the variable's value, not a flag: the image's way).
+	grpcAddr := freeLoopbackAddr(t)
+	imageEnv := func(env []string) []string {
+		r := slices.Clone(env)
+		for i, kv := range r {
+			if k, _, _ := strings.Cut(kv, "="); k == "IMAGEGATE_GRPC_LISTEN" {
+				r[i] = k + "=" + grpcAddr
 			}
-			r[i] = kv
 		}
 		return r
+	}
+	remapEnv := func(env []string) []string {
+		r := imageEnv(env)
+		for i, kv := range r {
+			if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(v, "/") {
+				r[i] = k + "=" + filepath.Join(root, v)
+			}
+		}
+		return r
+	}
+	checkGRPC := func(t *testing.T, addr string) {
+		if speaksGRPC {
+			checkGRPCHealth(t, addr)
+		}
 	}
 
 	t.Run("loader", func(t *testing.T) {
@@ -273,6 +311,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		g.predict(t, jpeg, labels)
 		g.checkVersion(t, version)
 		g.checkMetrics(t, adapterSeries(t))
+		checkGRPC(t, grpcAddr)
 		g.stop(t)
 	})
 
@@ -283,12 +322,13 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		uid, gid := parseUser(t, stage.user)
 		cmd := exec.Command(stage.entrypoint[0], imageArgs...)
 		cmd.Dir = stage.workdir
-		cmd.Env = append([]string{}, stage.env...)
+		cmd.Env = imageEnv(stage.env)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 		g := startRootfsGateway(t, cmd, root)
 		g.checkWarmCache(t)
 		g.predict(t, jpeg, labels)
 		g.checkVersion(t, version)
+		checkGRPC(t, grpcAddr)
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 		if err != nil {
 			t.Fatal(err)
@@ -328,6 +368,12 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 			if strings.HasPrefix(a, "--http_port=") {
 				a = "--http_port=0" // any free port; the test reads the one it got
 			}
+			if strings.HasPrefix(a, "--grpc-listen=") {
+				if !speaksGRPC {
+					continue
+				}
+				a = "--grpc-listen=" + grpcAddr
+			}
 			args = append(args, a)
 		}
 		cmd := exec.Command(loader, append([]string{"--inhibit-cache", "--library-path", libPath, bin}, args...)...)
@@ -353,6 +399,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 			!slices.Equal(resp.Outputs[0].Shape, []int{1, len(labels)}) || len(resp.Outputs[0].Data) != len(labels) {
 			t.Fatalf("v2 infer: %d %s", st, body)
 		}
+		checkGRPC(t, grpcAddr)
 		g.stop(t)
 	})
 }
@@ -608,6 +655,43 @@ func (g *rootfsGateway) stop(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the gateway did not exit in 60s after SIGTERM")
+	}
+}
+
+// freeLoopbackAddr returns 127.0.0.1:PORT with a port free a moment ago.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// checkGRPCHealth asks the standard grpc.health.v1 service at addr for the server's health, as
+// Kubernetes' grpc probe does (service ""), until it answers SERVING (the gRPC listener may
+// start just after the HTTP one).
+func checkGRPCHealth(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gRPC health at %s: %v %v, want SERVING", addr, resp.GetStatus(), err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -73,7 +73,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.handleRepository(ctx, path)
-	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"):
+	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"),
+		strings.HasPrefix(path, "/v2/models/") && strings.HasSuffix(path, "/stats"): // statistics: listed in /v2 here too
 		s.handle(ctx)
 	case path == "/v2" || path == "/v2/":
 		if !ctx.IsGet() && !ctx.IsHead() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
+	"github.com/imagegate/imagegate/gateway/internal/stats"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -46,6 +47,7 @@ type model struct {
 	idle    chan struct{}
 	closing atomic.Bool
 	met     *modelMetrics
+	stats   *stats.Model // the statistics extension's counters
 	impl    modelImpl
 	release func()
 	// fingerprint identifies what the model was built from (see ModelSpec).
@@ -91,9 +93,11 @@ type sampleSet interface {
 }
 
 // sampleStage is what a sample's submission and batch run tell its request: when it was
-// submitted, when its batch ran and its size, and the spans that link them.
+// submitted, when its batch ran and its size, how the run's time divides (filling the input
+// tensor, the model's run; the rest is copying the scores out), and the spans that link them.
 type sampleStage struct {
 	submitted, runStart, runEnd time.Time
+	runInput, runInfer          time.Duration
 	batch                       int
 	span                        trace.SpanContext // the request's (the batch span links it)
 	batchSpan                   trace.SpanContext // the batch run's
@@ -136,6 +140,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	}
 	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
 	m.met = met.model(m)
+	m.stats = stats.New(m.maxBatch)
 	met.instances.Add(int64(m.instances))
 	s.dog.add(m)
 	return m, nil
@@ -303,9 +308,11 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 
 // run is the batcher's run function: it stacks the jobs' rows into the instance's input
 // tensor, runs it once and copies each job's scores back. It tells each job when its batch
-// ran (its stage times, the batch span), and the watchdog when a run starts and ends.
+// ran (its stage times, the batch span), the watchdog when a run starts and ends, and the
+// model's statistics how long its three steps took.
 func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err error) {
 	start := time.Now()
+	var filled, inferred time.Time // the input tensor filled; the model run
 	t.m.watch.begin(instance, start)
 	var span trace.Span
 	if tr := t.m.tracer; tr != nil {
@@ -325,8 +332,14 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 			endBatchSpan(span, end, err)
 			bsc = span.SpanContext()
 		}
+		var input, infer time.Duration
+		if err == nil {
+			input, infer = filled.Sub(start), inferred.Sub(filled)
+			t.m.stats.Batch(len(jobs), input, infer, end.Sub(inferred))
+		}
 		for _, j := range jobs {
 			j.st.runStart, j.st.runEnd, j.st.batch, j.st.batchSpan = start, end, len(jobs), bsc
+			j.st.runInput, j.st.runInfer = input, infer
 		}
 	}()
 	r := t.runners[instance]
@@ -339,6 +352,7 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 			return err
 		}
 	}
+	filled = time.Now()
 	var scores []float32
 	err = t.threads.CPUBound(func() (err error) {
 		scores, err = r.Run(len(jobs))
@@ -347,6 +361,7 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 	if err != nil {
 		return err
 	}
+	inferred = time.Now()
 	k := t.m.classes
 	for i, j := range jobs {
 		copy(j.scores, scores[i*k:(i+1)*k])

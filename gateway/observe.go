@@ -90,6 +90,15 @@ type stageTimes struct {
 	run    time.Duration // its batch's run
 	total  time.Duration // from its headers to its answer
 	batch  int           // the size of its (largest) batch
+	// For the statistics extension (stats.go), from the times taken above: the part of decode
+	// spent waiting for a decode worker; from the body's end to its samples' submission (the
+	// parse, decodes included); the queue wait and run of the sample that ran last (so that
+	// the stages add up to at most total) and how that run divides; when the answer began.
+	decodeWait         time.Duration
+	parse              time.Duration
+	lastQueue, lastRun time.Duration
+	runInput, runInfer time.Duration
+	readEnd, answering time.Time
 }
 
 // Pipeline stages, as the access log names the one a failed request was in.

@@ -357,7 +357,8 @@ func TestTraceOfABatch(t *testing.T) {
 }
 
 // TestObservabilityOffAllocatesNothing: with tracing and the access log off, what the pipeline
-// does for them (and the request ID and Server-Timing, always on) allocates nothing.
+// does for them (and the request ID, Server-Timing and the statistics, always on) allocates
+// nothing.
 func TestObservabilityOffAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items at random")
@@ -389,6 +390,8 @@ func TestObservabilityOffAllocatesNothing(t *testing.T) {
 		st.submitted, st.runStart, st.runEnd, st.batch = r.start, r.start, r.start, 1
 		r.sampleTimes()
 		r.meta.stages.total = time.Since(r.start)
+		m.stats.Batch(1, 0, 0, 0) // what the batch run and infer count for the statistics
+		m.stats.Request(r.statTimes(), true)
 		r.t.annotate(r)
 		s.endSpan(r, 200, "")
 		s.logRequest(r, 200, "")

@@ -185,6 +185,7 @@ func (s *Server) infer(r *request) {
 		}
 	}
 	r.meta.stages.total = time.Since(r.start)
+	m.stats.Request(r.statTimes(), err == nil)
 	if reason != reasonCanceled {
 		r.t.annotate(r)
 	}
@@ -212,7 +213,7 @@ func (s *Server) runPipeline(r *request) error {
 	t := time.Now()
 	err := r.t.readBody(r)
 	end := time.Now()
-	r.meta.stages.read = end.Sub(t)
+	r.meta.stages.read, r.meta.stages.readEnd = end.Sub(t), end
 	if r.traced() {
 		r.stageSpan("read body", t, end)
 	}
@@ -240,13 +241,20 @@ func (s *Server) runPipeline(r *request) error {
 }
 
 // sampleTimes takes the request's queue and run times from its samples (the longest of
-// each) and its batch size (the largest), and traces them.
+// each) and its batch size (the largest), and traces them; it notes when the answer begins.
 func (r *request) sampleTimes() {
 	if r.samples == nil {
 		return
 	}
 	st := &r.meta.stages
 	now := time.Now()
+	st.answering = now
+	if r.samples.len() > 0 && !st.readEnd.IsZero() {
+		if sub := r.samples.stage(0).submitted; !sub.IsZero() {
+			st.parse = sub.Sub(st.readEnd)
+		}
+	}
+	var last time.Time
 	for i := range r.samples.len() {
 		ss := r.samples.stage(i)
 		switch {
@@ -254,6 +262,11 @@ func (r *request) sampleTimes() {
 			st.queue = max(st.queue, ss.runStart.Sub(ss.submitted))
 			st.run = max(st.run, ss.runEnd.Sub(ss.runStart))
 			st.batch = max(st.batch, ss.batch)
+			if ss.runEnd.After(last) { // the statistics take the sample that ran last
+				last = ss.runEnd
+				st.lastQueue, st.lastRun = ss.runStart.Sub(ss.submitted), ss.runEnd.Sub(ss.runStart)
+				st.runInput, st.runInfer = ss.runInput, ss.runInfer
+			}
 		case !ss.submitted.IsZero():
 			st.queue = max(st.queue, now.Sub(ss.submitted)) // it left the queue without running
 		}
@@ -341,6 +354,9 @@ func (r *request) decodeImage(i int, img []byte) error {
 	err := r.decodeImageGated(i, img, &got)
 	end := time.Now()
 	r.meta.stages.decode += end.Sub(start)
+	if !got.IsZero() {
+		r.meta.stages.decodeWait += got.Sub(start)
+	}
 	if err == nil {
 		r.meta.stage = stage
 	}

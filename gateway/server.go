@@ -200,7 +200,7 @@ func (s *Server) lookup(name, version string) (*model, error) {
 	for range 3 { // a model closing under a concurrent swap is looked up again
 		vs := s.models.Load().byName[name]
 		if len(vs) == 0 {
-			return nil, fmt.Errorf("%w: unknown model %q", errNotFound, wire.Truncate(name, 100))
+			return nil, unknownModel(name)
 		}
 		m := vs[len(vs)-1]
 		if version != "" {
@@ -211,8 +211,7 @@ func (s *Server) lookup(name, version string) (*model, error) {
 				}
 			}
 			if m == nil {
-				return nil, fmt.Errorf("%w: model %q has no version %q (versions: %s)", errNotFound, wire.Truncate(name, 100),
-					wire.Truncate(version, 40), strings.Join(s.versions(name), ", "))
+				return nil, unknownVersion(name, version, s.versions(name))
 			}
 		}
 		if m.acquire() {
@@ -223,6 +222,15 @@ func (s *Server) lookup(name, version string) (*model, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: model %q is being unloaded", errNotFound, wire.Truncate(name, 100))
+}
+
+func unknownModel(name string) error {
+	return fmt.Errorf("%w: unknown model %q", errNotFound, wire.Truncate(name, 100))
+}
+
+func unknownVersion(name, version string, versions []string) error {
+	return fmt.Errorf("%w: model %q has no version %q (versions: %s)", errNotFound, wire.Truncate(name, 100),
+		wire.Truncate(version, 40), strings.Join(versions, ", "))
 }
 
 // versions lists a model's versions, oldest first.

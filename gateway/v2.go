@@ -23,6 +23,7 @@ import (
 //	GET  /v2/models/{m}[/versions/{v}]        model metadata
 //	GET  /v2/models/{m}[/versions/{v}]/ready  model readiness
 //	GET  /v2/models/{m}[/versions/{v}]/config model configuration (Triton's extension)
+//	GET  /v2/models[/{m}[/versions/{v}]]/stats statistics (Triton's extension; stats.go)
 //	POST /v2/models/{m}[/versions/{v}]/infer  inference
 //
 // Each model is served under two names. {name} is its image interface: one BYTES input of
@@ -37,7 +38,8 @@ import (
 // parameters.binary_data_size; responses in binary when the request asks with
 // parameters.binary_data_output or an output's parameters.binary_data), classification (an
 // output's parameters.classification k: a BYTES [n, k] tensor of "<score>:<index>:<label>",
-// best first, the score being the model's raw output as Triton gives it). Request bodies may be
+// best first, the score being the model's raw output as Triton gives it), statistics (Triton's:
+// stats.go). Request bodies may be
 // gzip- or deflate-encoded. Versions are real: an unknown version is a 404.
 
 // Version is the gateway's version, reported by /v2 (set at build time).
@@ -48,7 +50,7 @@ const tensorSuffix = ".tensor"
 
 // v2Extensions are the protocol extensions the gateway supports on every listener; the model
 // repository extension is listed where it is served (serverMetadata).
-var v2Extensions = []string{"binary_tensor_data", "classification"}
+var v2Extensions = []string{"binary_tensor_data", "classification", "statistics"}
 
 // serverMetadata answers GET /v2. A client checks the extensions on the address it was given:
 // model_repository is listed on the admin listener, and on the public one only when an admin
@@ -111,11 +113,24 @@ func v2ModelPath(rest string) (name, version, tail string, tensorOnly, ok bool) 
 	return name, version, tail, tensorOnly, true
 }
 
-// handleV2Model serves /v2/models/{name}[/versions/{v}][/ready|/infer].
+// handleV2Model serves /v2/models/{name}[/versions/{v}][/ready|/config|/stats|/infer], and
+// /v2/models/stats (every model's statistics, as Triton: it hides the metadata of a model
+// named "stats", whose statistics are at /v2/models/stats/stats).
 func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool) {
+	if rest == "stats" {
+		s.serveStats(ctx, "", "")
+		return
+	}
 	name, version, tail, tensorOnly, ok := v2ModelPath(rest)
 	if !ok {
 		s.notFound(ctx, "/v2/models/"+rest)
+		return
+	}
+	if tail == "stats" { // every version of the model when none is named: no lookup
+		if tensorOnly {
+			name += tensorSuffix
+		}
+		s.serveStats(ctx, name, version)
 		return
 	}
 	m, err := s.lookup(name, version)

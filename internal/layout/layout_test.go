@@ -24,10 +24,11 @@ var mayImport = map[string][]string{
 	"preprocess/internal/resample": {},
 	"preprocess/internal/jpegenc":  {},
 	"gateway": {"batcher", "preprocess", "gateway/internal/admit", "gateway/internal/netx",
-		"gateway/internal/sched", "gateway/internal/wire", "api/inference"},
+		"gateway/internal/sched", "gateway/internal/stats", "gateway/internal/wire", "api/inference"},
 	"gateway/internal/admit": {"internal/queue"},
 	"gateway/internal/netx":  {},
 	"gateway/internal/sched": {},
+	"gateway/internal/stats": {},
 	"gateway/internal/wire":  {},
 	"internal/tracing":       {},
 }

@@ -420,6 +420,9 @@ func (f *fleet) start(r *replica) error {
 		return err
 	}
 	cmd := exec.Command(f.o.gateway, "-config", f.cfg, "-listen", fmt.Sprintf("127.0.0.1:%d", r.port))
+	// The fleet measures HTTP through HAProxy: no gRPC listener, whose default port (8001) the
+	// replicas would contend for (a build without gRPC ignores the variable).
+	cmd.Env = append(os.Environ(), "IMAGEGATE_GRPC_LISTEN=off")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
