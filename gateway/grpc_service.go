@@ -24,6 +24,7 @@ import (
 
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
+	"github.com/imagegate/imagegate/gateway/internal/stats"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -208,8 +209,8 @@ func (s *Server) waitGRPC(wait time.Duration) {
 	}
 }
 
-// grpcService implements GRPCInferenceService; what it does not serve (ModelStatistics)
-// answers UNIMPLEMENTED.
+// grpcService implements GRPCInferenceService; what it does not serve (Triton's shared
+// memory, trace and log settings, left out of the .proto) answers UNIMPLEMENTED.
 type grpcService struct {
 	inference.UnimplementedGRPCInferenceServiceServer
 	s *Server
@@ -522,3 +523,31 @@ func (h *grpcHealth) Watch(req *healthgrpc.HealthCheckRequest, st healthgrpc.Hea
 }
 
 const healthWatchPeriod = 250 * time.Millisecond
+
+// ModelStatistics answers Triton's statistics extension from the same counters as HTTP's
+// .../stats (Server.Stats): a model version, every version of a model, or every model.
+func (g *grpcService) ModelStatistics(_ context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
+	ms, err := g.s.Stats(req.GetName(), req.GetVersion())
+	if err != nil {
+		status, _ := g.s.classify(err)
+		return nil, grpcError(status, err.Error())
+	}
+	d := func(v stats.Duration) *inference.StatisticDuration {
+		return &inference.StatisticDuration{Count: v.Count, Ns: v.Ns}
+	}
+	resp := &inference.ModelStatisticsResponse{ModelStats: make([]*inference.ModelStatistics, 0, len(ms))}
+	for _, m := range ms {
+		is := m.InferenceStats
+		out := &inference.ModelStatistics{Name: m.Name, Version: m.Version, LastInference: m.LastInference,
+			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount,
+			InferenceStats: &inference.InferStatistics{Success: d(is.Success), Fail: d(is.Fail), Queue: d(is.Queue),
+				ComputeInput: d(is.ComputeInput), ComputeInfer: d(is.ComputeInfer), ComputeOutput: d(is.ComputeOutput),
+				CacheHit: &inference.StatisticDuration{}, CacheMiss: &inference.StatisticDuration{}}}
+		for _, b := range m.BatchStats {
+			out.BatchStats = append(out.BatchStats, &inference.InferBatchStatistics{BatchSize: b.BatchSize,
+				ComputeInput: d(b.ComputeInput), ComputeInfer: d(b.ComputeInfer), ComputeOutput: d(b.ComputeOutput)})
+		}
+		resp.ModelStats = append(resp.ModelStats, out)
+	}
+	return resp, nil
+}

@@ -271,10 +271,16 @@ func TestGRPCStatusCodes(t *testing.T) {
 	if _, err := c.ModelInfer(ctx, imageRequest("m", img)); status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("expired deadline: %v", err)
 	}
-	// Not served: UNIMPLEMENTED; the repository without a token: UNIMPLEMENTED.
-	if _, err := c.ModelStatistics(t.Context(), &inference.ModelStatisticsRequest{}); status.Code(err) != codes.Unimplemented {
-		t.Errorf("ModelStatistics: %v", err)
+	// Statistics: gRPC's requests are counted as HTTP's are.
+	st, err := c.ModelStatistics(t.Context(), &inference.ModelStatisticsRequest{Name: "m"})
+	if err != nil || len(st.ModelStats) != 1 || st.ModelStats[0].Version != "1" || st.ModelStats[0].InferenceStats.Success.Count == 0 ||
+		st.ModelStats[0].InferenceStats.Fail.Count == 0 || st.ModelStats[0].ExecutionCount == 0 || len(st.ModelStats[0].BatchStats) == 0 {
+		t.Errorf("ModelStatistics: %v %v", st, err)
 	}
+	if _, err := c.ModelStatistics(t.Context(), &inference.ModelStatisticsRequest{Name: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("ModelStatistics of an unknown model: %v", err)
+	}
+	// The repository without a token: UNIMPLEMENTED.
 	if _, err := c.RepositoryIndex(t.Context(), &inference.RepositoryIndexRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("RepositoryIndex without a token: %v", err)
 	}
