@@ -8,14 +8,15 @@
 // drain), reload.go (the model repository and reloads), model.go (one served model version),
 // routes.go (routing), pipeline.go (an inference request's stages, the same for every
 // transport), transport.go and http.go (what a transport provides; HTTP/1's), grpc.go (gRPC's
-// transport and front end), grpc_service.go (the gRPC server: its other RPCs, health, the
-// early refusal, the drain) and grpc_codec.go (its message decoding), predict.go and v2.go (the front ends), expect.go (Expect: 100-continue), admin.go (the admin API),
-// observe.go (request IDs, stage times, Server-Timing), trace.go (OpenTelemetry spans),
-// access.go (the access log), watchdog.go (liveness), stats.go (Triton's statistics
-// extension). Below it: internal/admit (memory budget, decode gate), internal/sched (decode
-// and model threads), internal/netx (connections, below HTTP), internal/wire (codecs),
-// internal/stats (the statistics' counters). docs/architecture.md draws
-// the map.
+// transport and front end) and grpc_service.go (the gRPC server: its other RPCs, health, the
+// early refusal, the drain), predict.go and v2.go (the front ends), expect.go (Expect:
+// 100-continue), admin.go (the admin API), observe.go (request IDs, stage times,
+// Server-Timing), trace.go (OpenTelemetry spans), access.go (the access log), watchdog.go
+// (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (memory
+// budget, decode gate), internal/sched (decode and model threads), internal/netx
+// (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
+// counters), internal/grpcio (the gRPC server's codec and buffer pool). docs/architecture.md
+// draws the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions

@@ -1,9 +1,6 @@
 package gateway
 
-import (
-	"math/bits"
-	"sync"
-)
+import "sync"
 
 // freeList keeps the byte buffers that requests give back (bodies as read, decoded base64
 // images) for the next requests, up to max bytes in all; what does not fit is left to the
@@ -59,49 +56,4 @@ func (f *freeList) held() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.bytes
-}
-
-// bufferPool is grpc-go's buffer pool for a Server's gRPC connections (frames read, messages
-// assembled, responses marshalled): size classes of powers of two, 256 B to 4 MiB, whose
-// buffers are not cleared on Get as grpc-go's default pool's are (every byte handed out is
-// overwritten by the read or the marshal it is for; clearing a photo's message buffers was
-// 1.2 % of the server's CPU). Larger buffers are not pooled.
-type bufferPool struct {
-	classes [bufferClasses]sync.Pool // class i holds buffers of capacity 256 << i
-}
-
-const (
-	bufferMinShift = 8
-	bufferClasses  = 15 // up to 4 MiB
-)
-
-func (p *bufferPool) class(n int) int {
-	if n <= 1<<bufferMinShift {
-		return 0
-	}
-	return bits.Len(uint(n-1)) - bufferMinShift
-}
-
-func (p *bufferPool) Get(n int) *[]byte {
-	c := p.class(n)
-	if c >= bufferClasses {
-		b := make([]byte, n)
-		return &b
-	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n, 1<<(c+bufferMinShift))
-	return &b
-}
-
-func (p *bufferPool) Put(b *[]byte) {
-	c := cap(*b)
-	if c < 1<<bufferMinShift || c&(c-1) != 0 { // not one of the classes' (grpc-go may hand back any)
-		return
-	}
-	if i := bits.Len(uint(c)) - 1 - bufferMinShift; i < bufferClasses {
-		p.classes[i].Put(b)
-	}
 }

@@ -57,30 +57,3 @@ func FuzzGRPCModelInfer(f *testing.F) {
 		}
 	})
 }
-
-// FuzzUnmarshalInfer: the server's decoding of a ModelInferRequest (raw_input_contents
-// aliasing the message) gives what protobuf-go's gives, and fails where it fails.
-func FuzzUnmarshalInfer(f *testing.F) {
-	img := solidPNG(f, 8, 8, 60)
-	r := imageRequest("m", img)
-	r.RawInputContents = append(r.RawInputContents, nil, []byte("x"))
-	r.Id = "id"
-	for _, m := range []*inference.ModelInferRequest{r, imageRequest("m"), {ModelName: "m"}} {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var want, got inference.ModelInferRequest
-		werr := proto.Unmarshal(b, &want)
-		gerr := unmarshalInfer(append([]byte(nil), b...), &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("protobuf-go: %v; unmarshalInfer: %v", werr, gerr)
-		}
-		if werr == nil && !proto.Equal(&want, &got) {
-			t.Fatalf("decoded differently:\n%v\n%v", &want, &got)
-		}
-	})
-}

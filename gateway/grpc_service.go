@@ -24,6 +24,7 @@ import (
 
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
+	"github.com/imagegate/imagegate/gateway/internal/grpcio"
 	"github.com/imagegate/imagegate/gateway/internal/stats"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
@@ -95,8 +96,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		// Calls run on goroutines kept for them (their stacks already grown), not one new
 		// goroutine each; when all are busy grpc-go starts one as before.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
-		experimental.BufferPool(&bufferPool{}),
-		grpc.ForceServerCodecV2(newGRPCCodec()),
+		experimental.BufferPool(&grpcio.BufferPool{}),
+		grpc.ForceServerCodecV2(grpcio.NewCodec()),
 	)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
 	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})

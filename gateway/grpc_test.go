@@ -528,21 +528,3 @@ func TestGRPCTruncatedFrames(t *testing.T) {
 		}
 	}
 }
-
-// TestBufferPoolSizes: a buffer has the length asked for, comes back from its class, and a
-// buffer of another capacity is not pooled.
-func TestBufferPoolSizes(t *testing.T) {
-	var p bufferPool
-	for _, n := range []int{0, 1, 256, 257, 16 << 10, 232491, 4 << 20, 4<<20 + 1} {
-		b := p.Get(n)
-		if len(*b) != n || cap(*b) < n {
-			t.Fatalf("Get(%d): len %d cap %d", n, len(*b), cap(*b))
-		}
-		p.Put(b)
-	}
-	odd := make([]byte, 300)
-	p.Put(&odd)
-	if b := p.Get(300); cap(*b) != 512 {
-		t.Errorf("Get(300) has capacity %d, want 512", cap(*b))
-	}
-}

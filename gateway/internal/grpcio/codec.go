@@ -1,4 +1,4 @@
-package gateway
+package grpcio
 
 import (
 	"google.golang.org/grpc/encoding"
@@ -9,35 +9,36 @@ import (
 	"github.com/imagegate/imagegate/api/inference"
 )
 
-// grpcCodec is the gRPC server's codec: protobuf, as grpc-go's own, except that a
+// Codec is the gRPC server's codec: protobuf, as grpc-go's own, except that a
 // ModelInferRequest's raw_input_contents (the images) are not copied out of the message:
 // protobuf-go copies every bytes field, so the message is assembled once into a buffer of its
 // own and the entries of raw_input_contents are slices of it. The buffer lives as long as the
 // request message.
-type grpcCodec struct{ proto encoding.CodecV2 }
+type Codec struct{ proto encoding.CodecV2 }
 
-func newGRPCCodec() grpcCodec { return grpcCodec{proto: encoding.GetCodecV2("proto")} }
+// NewCodec returns the codec (grpc.ForceServerCodecV2).
+func NewCodec() Codec { return Codec{proto: encoding.GetCodecV2("proto")} }
 
-func (grpcCodec) Name() string { return "proto" }
+func (Codec) Name() string { return "proto" }
 
-func (c grpcCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
-func (c grpcCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*inference.ModelInferRequest)
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
-	return unmarshalInfer(data.Materialize(), req)
+	return UnmarshalInfer(data.Materialize(), req)
 }
 
 // rawInputContents is raw_input_contents' field number in ModelInferRequest.
 const rawInputContents = 7
 
-// unmarshalInfer decodes b into req with raw_input_contents aliasing b. The other fields
+// UnmarshalInfer decodes b into req with raw_input_contents aliasing b. The other fields
 // (names, shapes, parameters: small) are decoded by protobuf-go from a copy of b without
 // raw_input_contents; a message the scan cannot split is left to protobuf-go whole (which
 // then reports what is wrong with it).
-func unmarshalInfer(b []byte, req *inference.ModelInferRequest) error {
+func UnmarshalInfer(b []byte, req *inference.ModelInferRequest) error {
 	var raws [][]byte
 	var rest []byte
 	for p, start := b, 0; len(p) > 0; {
