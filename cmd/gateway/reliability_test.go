@@ -585,6 +585,10 @@ func TestReliabilityOverload4xDeadline200ms(t *testing.T) {
 
 func TestReliabilityOverload4xGRPC(t *testing.T) { overloadOver(t, "overload 4x grpc", 4, 0, true) }
 
+func TestReliabilityOverload4xDeadline200msGRPC(t *testing.T) {
+	overloadOver(t, "overload 4x 200ms grpc", 4, 200, true)
+}
+
 // shippedModel is the name of configs/gateway.yaml's first model.
 func shippedModel(t *testing.T) string {
 	t.Helper()
