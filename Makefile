@@ -77,7 +77,7 @@ FUZZTIME ?= 30s
 # so, with no failing input written, is run once more; a real failure (a crash, a failed check)
 # writes its input under testdata/fuzz and fails at once.
 fuzz:
-	@set -e; for pkg in ./gateway/internal/wire ./preprocess; do \
+	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess; do \
 	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; \
 	    run() { $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x $$pkg 2>&1 | tee $(CURDIR)/bin/fuzz.log; return $${PIPESTATUS[0]}; }; \

@@ -11,7 +11,7 @@
 # each warmed up, then RUNS runs of `ab -n N -c 50` and of `loadtest -n N -c 50`; medians. In
 # each run of the shipped configuration, the same image also goes through the Open Inference
 # Protocol with binary tensor data (`loadtest -protocol v2 -binary`), beside the article's API,
-# and with GRPC=1 over gRPC too (`loadtest -protocol grpc`: ModelInfer with the image as a raw
+# and over gRPC too (GRPC=0 leaves it out) (`loadtest -protocol grpc`: ModelInfer with the image as a raw
 # BYTES element), each with the server's CPU time per request over its runs.
 # Then the batching matrix: the gateway with batching off, a fixed window and the adaptive
 # window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
@@ -26,8 +26,7 @@
 # duration, 8s), RATES (open-loop rates, "100,250"), STARTS (start-up rounds, 10), OUT
 # (docs/benchmarks.md), PEERS=0 to skip the peers (torch, node), ONLY=interleaved for the
 # interleaved Node.js rounds alone, ONLY=startup for the start-up rounds alone (printed),
-# GRPC=1 for the gRPC row. GRPC stays 0 by default until the gateway serves gRPC (issue 29: the
-# -grpc-listen flag and the GRPCInferenceService); then make it the default.
+# GRPC=0 to leave out the gRPC row (the Open Inference Protocol over gRPC, on the same server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -43,7 +42,7 @@ PEERS=${PEERS:-1}
 PAYLOAD=$ROOT/../shared/seed/rime_5868.json
 WORK=$ROOT/bench/out/run
 PORT=18190
-GRPC=${GRPC:-0}
+GRPC=${GRPC:-1}
 GRPC_PORT=18191
 GRPC_FLAGS=() # the shipped config's gateway listens for gRPC too when GRPC=1
 [ "$GRPC" = 1 ] && GRPC_FLAGS=(-grpc-listen "127.0.0.1:$GRPC_PORT")

@@ -70,6 +70,10 @@ type Server struct {
 	// AdminListen is the HOST:PORT of the admin API (the model repository: index, load,
 	// unload; reload), or "off". The -admin-listen flag overrides it.
 	AdminListen string `yaml:"admin_listen"`
+	// GRPCListen is the HOST:PORT of the gRPC API (the Open Inference Protocol's
+	// GRPCInferenceService, grpc.health.v1.Health and reflection), or "off". The -grpc-listen
+	// flag and the IMAGEGATE_GRPC_LISTEN environment variable override it, in that order.
+	GRPCListen string `yaml:"grpc_listen"`
 	// AdminTokenFile, when set, names a file holding a bearer token: the admin API then
 	// requires "Authorization: Bearer <token>" on the admin listener, and is also served on the
 	// public listener to requests that carry it.

@@ -62,6 +62,9 @@ func setServerDefaults(s *Server) {
 	if s.AdminListen == "" {
 		s.AdminListen = "127.0.0.1:8081"
 	}
+	if s.GRPCListen == "" {
+		s.GRPCListen = "127.0.0.1:8001" // Triton's gRPC port (the admin listener holds 8081)
+	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = 10000
 	}

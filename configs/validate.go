@@ -79,6 +79,13 @@ func (c *Config) validateServer(p *problems) {
 			p.add("server.admin_listen", "must differ from server.listen (%s)", s.Listen)
 		}
 	}
+	if s.GRPCListen != "off" {
+		if _, _, err := splitHostPort(s.GRPCListen); err != nil {
+			p.add("server.grpc_listen", "%v (or \"off\")", err)
+		} else if s.GRPCListen == s.Listen || s.GRPCListen == s.AdminListen {
+			p.add("server.grpc_listen", "must differ from server.listen (%s) and server.admin_listen (%s)", s.Listen, s.AdminListen)
+		}
+	}
 	for _, k := range serverPositive {
 		if c.explicitZero("server." + k) {
 			p.add("server."+k, "must be positive (omit it for the default)")

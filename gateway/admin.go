@@ -112,7 +112,12 @@ func (s *Server) publicRepository(ctx *fasthttp.RequestCtx, path string) {
 // bearerOK compares the request's bearer token with the admin token in constant time (both
 // hashed first, so that neither their contents nor their lengths leak through timing).
 func (s *Server) bearerOK(ctx *fasthttp.RequestCtx) bool {
-	auth := ctx.Request.Header.Peek("Authorization")
+	return s.tokenOK(ctx.Request.Header.Peek("Authorization"))
+}
+
+// tokenOK checks an Authorization value ("Bearer <token>", a header or gRPC's metadata)
+// against the admin token.
+func (s *Server) tokenOK(auth []byte) bool {
 	tok, ok := bytes.CutPrefix(auth, []byte("Bearer "))
 	if !ok {
 		return false

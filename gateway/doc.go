@@ -1,20 +1,22 @@
 // Package gateway is the inference server: a Server serves image classifiers over HTTP/1
-// (fasthttp), the article's API and the Open Inference Protocol, through one request pipeline:
-// admission, the request body read within a memory budget, the front end's parse, decodes on
-// dedicated threads behind a deadline-aware gate, each model's batcher, the answer. Errors are
-// classified in one place (errors.go) and every stage is counted (metrics.go).
+// (fasthttp) and gRPC, the article's API and the Open Inference Protocol, through one request
+// pipeline: admission, the request body read within a memory budget, the front end's parse,
+// decodes on dedicated threads behind a deadline-aware gate, each model's batcher, the answer.
+// Errors are classified in one place (errors.go) and every stage is counted (metrics.go).
 //
 // Where things are: server.go (Server, New, the model table), drain.go (Serve, Shutdown's
 // drain), reload.go (the model repository and reloads), model.go (one served model version),
 // routes.go (routing), pipeline.go (an inference request's stages, the same for every
-// transport), transport.go and http.go (what a transport provides; HTTP/1's), predict.go and
-// v2.go (the front ends), expect.go (Expect: 100-continue), admin.go (the admin API),
-// observe.go (request IDs, stage times, Server-Timing), trace.go (OpenTelemetry spans),
-// access.go (the access log), watchdog.go (liveness), stats.go (Triton's statistics
-// extension). Below it: internal/admit (memory budget, decode gate), internal/sched (decode
-// and model threads), internal/netx (connections, below HTTP), internal/wire (codecs),
-// internal/stats (the statistics' counters). docs/architecture.md draws
-// the map.
+// transport), transport.go and http.go (what a transport provides; HTTP/1's), grpc.go (gRPC's
+// transport and front end) and grpc_service.go (the gRPC server: its other RPCs, health, the
+// early refusal, the drain), predict.go and v2.go (the front ends), expect.go (Expect:
+// 100-continue), admin.go (the admin API), observe.go (request IDs, stage times,
+// Server-Timing), trace.go (OpenTelemetry spans), access.go (the access log), watchdog.go
+// (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (memory
+// budget, decode gate), internal/sched (decode and model threads), internal/netx
+// (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
+// counters), internal/grpcio (the gRPC server's codec and buffer pool). docs/architecture.md
+// draws the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions

@@ -41,6 +41,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.closeConnections()
+	s.waitGRPC(abortGrace)
 	s.stopReloads()
 	if err := s.stopModels(); err != nil {
 		errs = append(errs, err)
@@ -81,6 +82,7 @@ func (s *Server) stopAccepting() {
 		go s.admin.Shutdown()
 	}
 	s.adminMu.Unlock()
+	s.stopGRPC()
 }
 
 // answerInFlight waits until every request in flight is answered. If ctx ends first, everyone

@@ -63,6 +63,7 @@ type request struct {
 	s        *Server
 	t        transport     // how the request arrived and how its answer leaves: &http for HTTP
 	http     httpTransport // HTTP/1's transport state, pooled with the request
+	grpc     grpcTransport // gRPC's (grpc.go)
 	m        *model
 	fe       frontEnd
 	start    time.Time

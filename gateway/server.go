@@ -52,6 +52,12 @@ type Server struct {
 	admin    *fasthttp.Server // the admin listener's server, once ServeAdmin runs
 	lnMu     sync.Mutex
 	lns      []net.Listener // the listeners Serve was given (wrapped)
+	// gRPC (grpc_service.go), under lnMu: the servers of ServeGRPC, and whether the drain
+	// stopped them; grpcStop is closed then (streams stop taking requests).
+	grpcs      []*grpcServing
+	grpcClosed bool
+	grpcStop   chan struct{}
+	grpcCalls  atomic.Int64 // ModelInfer calls past grpcTap and not ended
 
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -97,6 +103,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,
 		ids:        newRequestIDs(),
+		grpcStop:   make(chan struct{}),
 	}
 	s.dog = newWatchdog(s, opts.Watchdog.withDefaults())
 	if opts.TracerProvider != nil {

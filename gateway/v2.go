@@ -279,6 +279,23 @@ func (a v2API) parseBody(r *request) error {
 	if v.HasID {
 		r.adoptRequestID(v.ID) // the request's ID when its transport brought none
 	}
+	return r.parseInput(a.tensorOnly, nil)
+}
+
+// typedData is an input's data as typed values (gRPC's InferTensorContents): the field of its
+// datatype.
+type typedData struct {
+	elems [][]byte  // BYTES: one encoded image each
+	fp32  []float32 // FP32
+	uints []uint32  // UINT8
+}
+
+// parseInput checks the parsed request (r.v2: its header) against the model and fills the
+// request's samples from its data: JSON "data", binary bytes (r.v2.binaryBody; gRPC's
+// raw_input_contents) or typed values (gRPC's contents, typed non-nil). Every transport's
+// Open Inference Protocol front end ends here.
+func (r *request) parseInput(tensorOnly bool, typed *typedData) error {
+	v := &r.v2
 	m := r.m
 	in := &v.In
 	if v.Inputs != 1 {
@@ -310,8 +327,8 @@ func (a v2API) parseBody(r *request) error {
 	}
 	n := int(in.Shape[0])
 	// The data: JSON "data", or binary_data_size bytes after the JSON header.
-	if in.HasBinary == (in.Data != nil) {
-		return wire.Malformed("input %q needs exactly one of \"data\" and parameters.binary_data_size", m.inputName)
+	if in.HasBinary == (in.Data != nil || typed != nil) {
+		return wire.Malformed("input %q needs its data in exactly one place: \"data\" or parameters.binary_data_size (HTTP), contents or raw_input_contents (gRPC)", m.inputName)
 	}
 	if in.HasBinary && in.BinarySize != int64(len(v.binaryBody)) {
 		return wire.Malformed("input binary_data_size is %d; %d bytes follow the JSON header", in.BinarySize, len(v.binaryBody))
@@ -321,11 +338,11 @@ func (a v2API) parseBody(r *request) error {
 	}
 	dt := string(in.Datatype)
 	switch {
-	case dt == "BYTES" && !a.tensorOnly:
+	case dt == "BYTES" && !tensorOnly:
 		if in.NDim > 2 || in.NDim == 2 && in.Shape[1] != 1 {
 			return wire.Malformed("BYTES input shape %v: want [n] or [n, 1] (one encoded image per element)", in.Shape[:in.NDim])
 		}
-		return r.decodeImages(n)
+		return r.decodeImages(n, typed)
 	case dt == m.datatype:
 		want := append([]int64{int64(n)}, m.shape...)
 		if !equalShape(in.Shape[:in.NDim], want) {
@@ -344,8 +361,15 @@ func (a v2API) parseBody(r *request) error {
 			}
 			return samples.tensorBinary(v.binaryBody)
 		}
+		if typed != nil {
+			raw, err := r.typedRaw(typed, n*m.rowLen)
+			if err != nil {
+				return err
+			}
+			return samples.tensorBinary(raw)
+		}
 		return samples.tensorJSON(in.Data)
-	case a.tensorOnly:
+	case tensorOnly:
 		return wire.Malformed("input datatype %q: %s%s takes %s of shape %v", wire.Truncate(dt, 20), m.name, tensorSuffix, m.datatype, append([]int64{-1}, m.shape...))
 	}
 	return wire.Malformed("input datatype %q: %s takes BYTES (encoded images) or %s of shape %v", wire.Truncate(dt, 20), m.name, m.datatype, append([]int64{-1}, m.shape...))
@@ -354,10 +378,21 @@ func (a v2API) parseBody(r *request) error {
 // decodeImages decodes a BYTES input of n encoded images into n samples. Elements are counted
 // (and, in binary, sized) before any is decoded; each is decoded into the request's one image
 // buffer, so only the body and the rows are held.
-func (r *request) decodeImages(n int) error {
+func (r *request) decodeImages(n int, typed *typedData) error {
 	in := &r.v2.In
 	var next func() ([]byte, error)
-	if in.HasBinary {
+	switch {
+	case typed != nil:
+		elems := typed.elems
+		if len(elems) != n || len(typed.fp32) > 0 || len(typed.uints) > 0 {
+			return wire.Malformed("BYTES input shape says %d elements, contents.bytes_contents holds %d (and no other field may be set)", n, len(elems))
+		}
+		next = func() ([]byte, error) {
+			e := elems[0]
+			elems = elems[1:]
+			return e, nil
+		}
+	case in.HasBinary:
 		raw := r.v2.binaryBody
 		count, err := wire.CountBytesElements(raw)
 		if err != nil {
@@ -371,7 +406,7 @@ func (r *request) decodeImages(n int) error {
 			e, raw = wire.NextBytesElement(raw)
 			return e, nil
 		}
-	} else {
+	default:
 		strs, err := wire.JSONStrings(in.Data, n)
 		if err != nil {
 			return err
@@ -418,6 +453,49 @@ func (r *request) decodeImages(n int) error {
 		}
 	}
 	return nil
+}
+
+// typedRaw lays out typed tensor values of the model's datatype as little-endian bytes (what
+// tensorBinary fills rows from), count values exactly, within the memory budget.
+func (r *request) typedRaw(typed *typedData, count int) ([]byte, error) {
+	dt := r.m.datatype
+	var have int
+	switch dt {
+	case "FP32":
+		have = len(typed.fp32)
+		if len(typed.uints) > 0 || len(typed.elems) > 0 {
+			have = -1
+		}
+	default: // UINT8
+		have = len(typed.uints)
+		if len(typed.fp32) > 0 || len(typed.elems) > 0 {
+			have = -1
+		}
+	}
+	if have < 0 {
+		return nil, wire.Malformed("%s input: its contents go in the field of its datatype (fp32_contents for FP32, uint_contents for UINT8), and no other", dt)
+	}
+	if have != count {
+		return nil, wire.Malformed("%s input: contents hold %d values, its shape needs %d", dt, have, count)
+	}
+	size := int64(count * r.m.elemSize)
+	if err := r.reserve(size); err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 0, size)
+	if dt == "FP32" {
+		for _, f := range typed.fp32 {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(f))
+		}
+		return raw, nil
+	}
+	for i, u := range typed.uints {
+		if u > 255 {
+			return nil, wire.Malformed("UINT8 input: value %d at %d is out of 0..255", u, i)
+		}
+		raw = append(raw, byte(u))
+	}
+	return raw, nil
 }
 
 func equalShape(a, b []int64) bool {

@@ -315,8 +315,8 @@ func renderConfigDoc() ([]byte, error) {
 
 	w("## How a setting is chosen\n\n")
 	w("Each setting is the first of:\n\n")
-	w("1. a flag (`-listen`, `-admin-listen`, `-log-level`, `-log-format`; `-model`, `-labels`, `-name`);\n")
-	w("2. an environment variable (`$%s`);\n", listenEnv)
+	w("1. a flag (`-listen`, `-admin-listen`, `-grpc-listen`, `-log-level`, `-log-format`; `-model`, `-labels`, `-name`);\n")
+	w("2. an environment variable (`$%s`, `$%s`);\n", listenEnv, grpcListenEnv)
 	w("3. the YAML file (`-config`);\n")
 	w("4. for the keys a model file tells (its input, output, preprocessing and labels), the model file;\n")
 	w("5. the default.\n\n")

@@ -24,6 +24,7 @@ type options struct {
 	name        string
 	listen      string
 	adminListen string
+	grpcListen  string
 	check       bool
 	printConfig bool
 	version     bool
@@ -41,6 +42,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.name, "name", "", "with -model: the model's name (default: the file's name without .onnx; for model.onnx, its folder's)")
 	fs.StringVar(&o.listen, "listen", "", "HOST:PORT of the public API (overrides $IMAGEGATE_LISTEN and server.listen)")
 	fs.StringVar(&o.adminListen, "admin-listen", "", `HOST:PORT of the admin API, or "off" (overrides server.admin_listen)`)
+	fs.StringVar(&o.grpcListen, "grpc-listen", "", `HOST:PORT of the gRPC API, or "off" (overrides $IMAGEGATE_GRPC_LISTEN and server.grpc_listen)`)
 	fs.BoolVar(&o.check, "check", false, "validate the configuration and load every model, then exit")
 	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration as YAML (defaults filled in, and what the models tell), then exit")
 	fs.BoolVar(&o.version, "version", false, "print the build's version, Go's, ONNX Runtime's and the CPU features used, then exit")
@@ -114,6 +116,12 @@ func (o *options) apply(cfg *configs.Config) {
 	if o.adminListen != "" {
 		cfg.Server.AdminListen = o.adminListen
 	}
+	switch env := os.Getenv(grpcListenEnv); {
+	case o.grpcListen != "":
+		cfg.Server.GRPCListen = o.grpcListen
+	case env != "":
+		cfg.Server.GRPCListen = env
+	}
 	if o.logLevel != "" {
 		cfg.Log.Level = o.logLevel
 	}
@@ -126,6 +134,16 @@ func (o *options) apply(cfg *configs.Config) {
 // sets it, so that a -config given to the container does not make it listen on loopback.
 const listenEnv = "IMAGEGATE_LISTEN"
 
+// grpcListenEnv sets the gRPC address between -grpc-listen and server.grpc_listen, as
+// listenEnv does the public API's.
+const grpcListenEnv = "IMAGEGATE_GRPC_LISTEN"
+
+// grpcListenExplicit reports whether the flag or the environment chose the gRPC address:
+// then a listener that cannot be opened is an error, not a warning.
+func (o *options) grpcListenExplicit() bool {
+	return o.grpcListen != "" || os.Getenv(grpcListenEnv) != ""
+}
+
 // envVar is an environment variable the gateway reads.
 type envVar struct{ name, meaning string }
 
@@ -134,6 +152,7 @@ type envVar struct{ name, meaning string }
 func environment() []envVar {
 	return []envVar{
 		{listenEnv, "HOST:PORT of the public API, between -listen and server.listen. The container image sets 0.0.0.0:8080"},
+		{grpcListenEnv, "HOST:PORT of the gRPC API, or off, between -grpc-listen and server.grpc_listen"},
 		{"ONNXRUNTIME_LIB", "the ONNX Runtime library, when onnxruntime.library is empty"},
 		{"PORT", "with -model_dir (as Knative sets it): the port to listen on, after -listen and -http_port and before $" + listenEnv},
 		{"GOMAXPROCS", "Go's: when set, the gateway does not raise GOMAXPROCS by one per decode worker and model instance, and server.decode_workers' default follows it"},

@@ -91,6 +91,7 @@ type gateway struct {
 	cmd   *exec.Cmd
 	url   string
 	admin string // the admin API's base URL (under mu)
+	grpc  string // the gRPC API's address (under mu; set before url)
 	logs  *bytes.Buffer
 	mu    *sync.Mutex
 	done  chan error
@@ -121,7 +122,7 @@ func startGatewayFile(t *testing.T, path, config string) *gateway {
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return launch(t, nil, "-config", path, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0")
+	return launch(t, nil, "-config", path, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-grpc-listen", "127.0.0.1:0")
 }
 
 // launch starts the gateway with these arguments and extra environment variables, and waits
@@ -144,12 +145,16 @@ func launch(t *testing.T, env []string, args ...string) *gateway {
 		sc := bufio.NewScanner(stderr)
 		re := regexp.MustCompile(`msg=serving addr=(\S+)`)
 		reAdmin := regexp.MustCompile(`msg=admin addr=(\S+)`)
+		reGRPC := regexp.MustCompile(`msg=grpc addr=(\S+)`)
 		for sc.Scan() {
 			line := sc.Text()
 			g.mu.Lock()
 			g.logs.WriteString(line + "\n")
 			if m := reAdmin.FindStringSubmatch(line); m != nil {
 				g.admin = "http://" + m[1]
+			}
+			if m := reGRPC.FindStringSubmatch(line); m != nil {
+				g.grpc = m[1]
 			}
 			g.mu.Unlock()
 			if m := re.FindStringSubmatch(line); m != nil {

@@ -142,6 +142,25 @@ func run(o *options, src source, log *slog.Logger) error {
 			log.Info("admin", "addr", aln.Addr().String(), "token", token != "")
 		}
 	}
+	if a := cfg.Server.GRPCListen; a != "off" {
+		gln, err := net.Listen("tcp", a)
+		switch {
+		case err != nil && o.grpcListenExplicit():
+			closeNow()
+			return fmt.Errorf("cannot listen for gRPC on %s (-grpc-listen, $%s or server.grpc_listen): %w", a, grpcListenEnv, err)
+		case err != nil:
+			// Several gateways on one host: the second finds the default port taken. It
+			// serves HTTP without gRPC rather than not at all.
+			log.Warn("gRPC API not served: cannot listen (set server.grpc_listen or -grpc-listen)", "addr", a, "err", err)
+		default:
+			go func() {
+				if err := srv.ServeGRPC(gln); err != nil {
+					log.Error("gRPC server stopped", "err", err)
+				}
+			}()
+			log.Info("grpc", "addr", gln.Addr().String())
+		}
+	}
 	log.Info("serving", "addr", ln.Addr().String(), "models", len(cfg.Models), "onnxruntime", ort.Version(),
 		"startup", time.Since(start).Round(time.Millisecond))
 

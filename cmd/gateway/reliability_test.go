@@ -431,6 +431,12 @@ func TestReliabilityPNGBombs(t *testing.T) {
 // overload drives an open loop at factor x the capacity measured at c=50, with the given
 // request timeout (0: the configured default), and returns the figures.
 func overload(t *testing.T, name string, factor float64, timeoutMS int) {
+	overloadOver(t, name, factor, timeoutMS, false)
+}
+
+// overloadOver runs the overload scenario over HTTP's /predict/ or, with grpc, over gRPC's
+// ModelInfer (the same image; capacity measured over gRPC too; a deadline as grpc-timeout).
+func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, grpc bool) {
 	skipRaceServer(t)
 	shared := sharedDir(t)
 	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
@@ -445,9 +451,27 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 	// mean: on a shared machine one 10 s measurement moved by 10-20 % between scenarios run a
 	// minute apart (259 and 279 req/s), and the machine's speed during the overload lies
 	// between the two better than either alone.
+	// config is a run's configuration over the scenario's protocol.
+	config := func(c loadtest.Config) loadtest.Config {
+		c.URL, c.Bodies = g.url+"/predict/", body
+		if !grpc {
+			return c
+		}
+		g.mu.Lock()
+		c.URL, c.Headers = g.grpc, nil
+		g.mu.Unlock()
+		if timeoutMS > 0 && c.Rate > 0 {
+			c.Timeout = time.Duration(timeoutMS) * time.Millisecond // the call's deadline
+		}
+		c.GRPCConns = 4
+		if err := loadtest.PrepareGRPC(t.Context(), &c, shippedModel(t)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
 	measureCapacity := func(hdr []loadtest.Header) float64 {
-		capRun, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: body, Headers: hdr,
-			Concurrency: 50, Duration: pick(3*time.Second, 10*time.Second), WarmupDuration: time.Second, KeepAlive: true})
+		capRun, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: hdr,
+			Concurrency: 50, Duration: pick(3*time.Second, 10*time.Second), WarmupDuration: time.Second, KeepAlive: true}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,8 +488,8 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 	resetPeakRSS(pid)
 	p := startProber(g, nil, 250*time.Millisecond)
 	dur := pick(8*time.Second, 30*time.Second)
-	res, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: body, Headers: hdr,
-		Rate: factor * capBefore, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson})
+	res, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: hdr,
+		Rate: factor * capBefore, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,24 +512,31 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 	deadline := "default_timeout (30s)"
 	if timeoutMS > 0 {
 		deadline = fmt.Sprintf("X-Request-Timeout: %d ms", timeoutMS)
+		if grpc {
+			deadline = fmt.Sprintf("a gRPC deadline of %d ms", timeoutMS)
+		}
+	}
+	over := ""
+	if grpc {
+		over = " over gRPC (ModelInfer)"
 	}
 	want := pick(0.5, 0.9) // goodput / capacity
 	if timeoutMS > 0 {
 		want = pick(0.4, 0.8)
 	}
-	addReport("3 "+name, fmt.Sprintf("## Overload %gx, %s\n\nCapacity measured first (closed loop, c=50, the article's payload), then an open loop "+
+	addReport("3 "+name, fmt.Sprintf("## Overload %gx, %s%s\n\nCapacity measured first (closed loop, c=50, the article's payload), then an open loop "+
 		"(Poisson arrivals) at %gx that rate, then capacity again; goodput is compared with the mean of the two capacities.\n\n"+
 		"| capacity (c=50): before, after | offered | goodput | goodput / capacity | 2xx p50 / p99 | refusals | refusal p50 / p99 | status codes | RSS peak | health checks OK (worst) |\n"+
 		"|---|---|---|---|---|---|---|---|---|---|\n"+
 		"| %.1f, %.1f req/s | %.1f req/s | %.1f req/s | %.2f | %.0f / %.0f ms | %d | %.1f / %.1f ms | %s | %s | %d/%d (%v) |\n",
-		factor, deadline, factor, capBefore, capAfter, factor*capBefore, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
+		factor, deadline, over, factor, capBefore, capAfter, factor*capBefore, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
 		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, strings.Join(codes, " "), mib(peak), p.ok, p.checks, p.worst.Round(time.Millisecond))+
 		fmt.Sprintf("\nTargets in this run: goodput / capacity >= %.2f: %s; refusal p99 <= 10 ms: %s; RSS < 500 MiB: %s.\n",
 			want, metOrNot(ratio >= want),
 			metOrNot(s.RefusalLatency.P99 <= 10), metOrNot(peak <= 500<<20)))
 	for c := range s.StatusCodes {
 		switch c {
-		case "200", "503", "429", "504":
+		case "200", "503", "429", "504", "OK", "UNAVAILABLE", "DEADLINE_EXCEEDED":
 		default:
 			t.Errorf("status %s answered %d times under overload", c, s.StatusCodes[c])
 		}
@@ -550,6 +581,24 @@ func TestReliabilityOverload4x(t *testing.T) { overload(t, "overload 4x", 4, 0) 
 
 func TestReliabilityOverload4xDeadline200ms(t *testing.T) {
 	overload(t, "overload 4x 200ms", 4, 200)
+}
+
+func TestReliabilityOverload4xGRPC(t *testing.T) { overloadOver(t, "overload 4x grpc", 4, 0, true) }
+
+func TestReliabilityOverload4xDeadline200msGRPC(t *testing.T) {
+	overloadOver(t, "overload 4x 200ms grpc", 4, 200, true)
+}
+
+// shippedModel is the name of configs/gateway.yaml's first model.
+func shippedModel(t *testing.T) string {
+	t.Helper()
+	var doc struct {
+		Models []struct{ Name string } `yaml:"models"`
+	}
+	if err := yaml.Unmarshal([]byte(shippedConfig(t, nil)), &doc); err != nil || len(doc.Models) == 0 {
+		t.Fatalf("configs/gateway.yaml: %v", err)
+	}
+	return doc.Models[0].Name
 }
 
 // recorder is a client that records every request it wrote and whether it got an answer:

@@ -24,13 +24,15 @@ var mayImport = map[string][]string{
 	"preprocess/internal/resample": {},
 	"preprocess/internal/jpegenc":  {},
 	"gateway": {"batcher", "preprocess", "gateway/internal/admit", "gateway/internal/netx",
-		"gateway/internal/sched", "gateway/internal/stats", "gateway/internal/wire"},
-	"gateway/internal/admit": {"internal/queue"},
-	"gateway/internal/netx":  {},
-	"gateway/internal/sched": {},
-	"gateway/internal/stats": {},
-	"gateway/internal/wire":  {},
-	"internal/tracing":       {},
+		"gateway/internal/sched", "gateway/internal/stats", "gateway/internal/wire", "gateway/internal/grpcio",
+		"api/inference"},
+	"gateway/internal/grpcio": {"api/inference"},
+	"gateway/internal/admit":  {"internal/queue"},
+	"gateway/internal/netx":   {},
+	"gateway/internal/sched":  {},
+	"gateway/internal/stats":  {},
+	"gateway/internal/wire":   {},
+	"internal/tracing":        {},
 }
 
 // mustNotImport lists, for packages (and those below them), what they must not import

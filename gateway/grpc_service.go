@@ -1,0 +1,554 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
+	"github.com/imagegate/imagegate/gateway/internal/grpcio"
+	"github.com/imagegate/imagegate/gateway/internal/stats"
+	"github.com/imagegate/imagegate/gateway/internal/wire"
+	"github.com/imagegate/imagegate/preprocess"
+)
+
+// The gRPC server: GRPCInferenceService (the Open Inference Protocol with Triton's
+// extensions), grpc.health.v1.Health and server reflection, on the listeners ServeGRPC is
+// given. Shutdown drains it with the HTTP listeners: health turns NOT_SERVING at once, calls
+// are served through server.drain_delay, then the listeners close (GracefulStop: GOAWAY, every
+// call accepted is answered), streams stop taking requests and end once theirs are answered.
+
+const (
+	// grpcMaxStreams bounds the calls in flight on one connection (HTTP/2's
+	// SETTINGS_MAX_CONCURRENT_STREAMS); the pipeline's admission bounds them over all.
+	grpcMaxStreams = 1024
+	// grpcFraming is what a message may hold beyond server.max_body_bytes of tensor data:
+	// its names, shape, parameters and protobuf framing.
+	grpcFraming = 64 << 10
+	// streamInflight bounds the requests of one ModelStreamInfer stream in the pipeline at
+	// once; the stream reads no more until one is answered.
+	streamInflight = 256
+	// grpcWindow is a call's HTTP/2 flow-control window (a connection's is 4 of them): what a
+	// client may send before the server reads it.
+	grpcWindow = 1 << 20
+)
+
+// grpcServing is one gRPC server (one per ServeGRPC).
+type grpcServing struct {
+	srv     *grpc.Server
+	stopped chan struct{} // closed when GracefulStop returned
+}
+
+// ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
+func (s *Server) ServeGRPC(ln net.Listener) error {
+	s.dog.run()
+	g := &grpcServing{srv: s.newGRPCServer(), stopped: make(chan struct{})}
+	s.lnMu.Lock()
+	if s.grpcClosed {
+		s.lnMu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.grpcs = append(s.grpcs, g)
+	s.lnMu.Unlock()
+	err := g.srv.Serve(ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) newGRPCServer() *grpc.Server {
+	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(int(min(s.opts.MaxBodyBytes+grpcFraming, 1<<31-1))),
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		// A client may ping every 10 s at most, with or without calls in flight (Triton's
+		// client pings while idle when its keepalive is set); more often is a GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// A connection idle for server.idle_timeout is closed (GOAWAY first), as HTTP's.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout}),
+		grpc.ConnectionTimeout(s.opts.ReadTimeout),
+		grpc.SharedWriteBuffer(true),
+		grpc.InTapHandle(s.grpcTap),
+		// A photo's message (hundreds of KiB) arrives without waiting for window updates,
+		// and in few reads.
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(4*grpcWindow),
+		grpc.ReadBufferSize(grpcWindow/4),
+		// Calls run on goroutines kept for them (their stacks already grown), not one new
+		// goroutine each; when all are busy grpc-go starts one as before.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		experimental.BufferPool(&grpcio.BufferPool{}),
+		grpc.ForceServerCodecV2(grpcio.NewCodec()),
+	)
+	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
+	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})
+	reflection.Register(srv)
+	return srv
+}
+
+// grpcTap refuses a ModelInfer call before grpc-go reads its message, when no model could
+// take it: the server is past its drain's end, the decode queue is full, every model's queue
+// is full, or no model is predicted to answer before the call's deadline. HTTP refuses on
+// the header alone likewise; without this a refused call first costs its whole upload
+// (receiving and decoding a photo's message is most of what a refusal costs). The checks are
+// admit's, over every model since the message names its model; the request is refused again
+// by admit if it passes here and its model cannot take it. It runs under the connection's
+// lock: it only reads counters.
+func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName != grpcModelInfer {
+		return ctx, nil
+	}
+	if s.aborted.Load() {
+		return ctx, status.Error(codes.Unavailable, "gateway: draining: the server is shutting down")
+	}
+	t := s.models.Load()
+	var only *model // the model a refusal is counted on, when one is served
+	queued, late, n := true, true, 0
+	calls := int64(s.opts.DecodeQueue + s.opts.DecodeWorkers) // the calls' bound (below)
+	deadline, hasDeadline := ctx.Deadline()
+	now := time.Now()
+	for _, vs := range t.byName {
+		for _, m := range vs {
+			n++
+			only = m
+			calls += m.queueCap
+			if m.pending.Load() < m.queueCap {
+				queued = false
+			}
+			pred, _ := m.impl.predict(0)
+			if !hasDeadline || !now.Add(pred+pred/admit.Headroom).After(deadline) {
+				late = false
+			}
+		}
+	}
+	if n != 1 {
+		only = nil
+	}
+	var stage, reason, msg string
+	switch waiting, _ := s.gate.Stats(); {
+	case n == 0:
+		return ctx, nil // answered NOT_FOUND once its model is read
+	case s.grpcCalls.Load() >= calls:
+		// grpc-go reads a call's whole message before the pipeline sees it: the calls in
+		// flight are bounded by what the queues can hold, so that the messages of calls a
+		// queue would refuse are not received (the memory budget charges them only once
+		// received).
+		stage, reason, msg = refuseQueue, reasonQueueFull, fmt.Sprintf("gateway: queue full: %d ModelInfer calls in flight, what the decode and model queues hold", calls)
+	case waiting >= s.opts.DecodeQueue:
+		stage, reason, msg = refuseDecodeQueue, reasonOverloaded, fmt.Sprintf("gateway: overloaded: %d requests wait for a decode worker (server.decode_queue)", waiting)
+	case queued:
+		stage, reason, msg = refuseQueue, reasonQueueFull, "gateway: queue full: every model's queue is full (batching.max_queue_size)"
+	case late:
+		stage, reason, msg = refuseDeadline, reasonShed, "gateway: would miss its deadline: no model is predicted to answer before the call's deadline"
+	default:
+		s.grpcCalls.Add(1)
+		context.AfterFunc(ctx, func() { s.grpcCalls.Add(-1) }) // the call's context ends with it
+		return ctx, nil
+	}
+	s.met.refusals[stage].Inc()
+	if only != nil {
+		only.met.req.observe(http.StatusServiceUnavailable, reason, 0)
+	} else {
+		s.met.unknown.observe(http.StatusServiceUnavailable, reason, 0)
+	}
+	return ctx, status.Error(codes.Unavailable, msg)
+}
+
+// grpcModelInfer is ModelInfer's full method name.
+const grpcModelInfer = "/inference.GRPCInferenceService/ModelInfer"
+
+// stopGRPC starts the gRPC servers' graceful stop (their listeners close, clients get a
+// GOAWAY) and tells the streams to stop taking requests.
+func (s *Server) stopGRPC() {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	if s.grpcClosed {
+		return
+	}
+	s.grpcClosed = true
+	close(s.grpcStop)
+	for _, g := range s.grpcs {
+		go func() {
+			g.srv.GracefulStop()
+			close(g.stopped)
+		}()
+	}
+}
+
+// waitGRPC waits for the gRPC servers' graceful stop (every call answered), wait at most;
+// what is still open then is closed.
+func (s *Server) waitGRPC(wait time.Duration) {
+	s.lnMu.Lock()
+	gs := s.grpcs
+	s.lnMu.Unlock()
+	end := time.After(wait)
+	for _, g := range gs {
+		select {
+		case <-g.stopped:
+		case <-end:
+			g.srv.Stop()
+		}
+	}
+}
+
+// grpcService implements GRPCInferenceService; what it does not serve (Triton's shared
+// memory, trace and log settings, left out of the .proto) answers UNIMPLEMENTED.
+type grpcService struct {
+	inference.UnimplementedGRPCInferenceServiceServer
+	s *Server
+}
+
+func (g *grpcService) ServerLive(context.Context, *inference.ServerLiveRequest) (*inference.ServerLiveResponse, error) {
+	live, _ := g.s.Live()
+	return &inference.ServerLiveResponse{Live: live}, nil
+}
+
+func (g *grpcService) ServerReady(context.Context, *inference.ServerReadyRequest) (*inference.ServerReadyResponse, error) {
+	return &inference.ServerReadyResponse{Ready: g.s.ready.Load()}, nil
+}
+
+func (g *grpcService) ServerMetadata(context.Context, *inference.ServerMetadataRequest) (*inference.ServerMetadataResponse, error) {
+	ext := append([]string(nil), v2Extensions...)
+	if g.s.adminTok != nil {
+		ext = append(ext, "model_repository")
+	}
+	return &inference.ServerMetadataResponse{Name: "imagegate", Version: Version, Extensions: ext}, nil
+}
+
+// model looks a model up by its protocol name (NAME or NAME.tensor) and version; release it
+// with done.
+func (g *grpcService) model(name, version string) (*model, bool, error) {
+	base, tensorOnly := strings.CutSuffix(name, tensorSuffix)
+	m, err := g.s.lookup(base, version)
+	if err != nil {
+		status, _ := g.s.classify(err)
+		return nil, false, grpcError(status, err.Error())
+	}
+	return m, tensorOnly, nil
+}
+
+// ModelReady answers false for a model or version not served, as Triton does (its clients'
+// is_model_ready polls a model being loaded), rather than NOT_FOUND.
+func (g *grpcService) ModelReady(_ context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
+	m, _, err := g.model(req.GetName(), req.GetVersion())
+	if status.Code(err) == codes.NotFound {
+		return &inference.ModelReadyResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer m.done()
+	return &inference.ModelReadyResponse{Ready: g.s.ready.Load() && !m.closing.Load()}, nil
+}
+
+func (g *grpcService) ModelMetadata(_ context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
+	m, tensorOnly, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	defer m.done()
+	name := m.name
+	in := &inference.ModelMetadataResponse_TensorMetadata{Name: m.inputName, Datatype: "BYTES", Shape: []int64{-1}}
+	if tensorOnly {
+		name += tensorSuffix
+		in = &inference.ModelMetadataResponse_TensorMetadata{Name: m.inputName, Datatype: m.datatype, Shape: append([]int64{-1}, m.shape...)}
+	}
+	return &inference.ModelMetadataResponse{
+		Name:     name,
+		Versions: g.s.versions(m.name),
+		Platform: "onnxruntime_onnx",
+		Inputs:   []*inference.ModelMetadataResponse_TensorMetadata{in},
+		Outputs:  []*inference.ModelMetadataResponse_TensorMetadata{{Name: m.outputName, Datatype: "FP32", Shape: []int64{-1, int64(m.classes)}}},
+	}, nil
+}
+
+// ModelConfig answers as HTTP's .../config does (modelConfig in v2.go), in Triton's message.
+func (g *grpcService) ModelConfig(_ context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
+	m, tensorOnly, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	defer m.done()
+	name := m.name
+	in := &inference.ModelInput{Name: m.inputName, DataType: inference.DataType_TYPE_STRING, Format: inference.ModelInput_FORMAT_NONE, Dims: []int64{1}}
+	if tensorOnly {
+		name += tensorSuffix
+		in = &inference.ModelInput{Name: m.inputName, DataType: inference.DataType_TYPE_FP32, Format: inference.ModelInput_FORMAT_NCHW, Dims: m.shape}
+		if m.pre.Options().Layout == preprocess.NHWC {
+			in.Format = inference.ModelInput_FORMAT_NHWC
+		}
+		if m.datatype == "UINT8" {
+			in.DataType = inference.DataType_TYPE_UINT8
+		}
+	}
+	params := make(map[string]*inference.ModelParameter, len(m.parameters))
+	for k, v := range m.parameters {
+		params[k] = &inference.ModelParameter{StringValue: v}
+	}
+	return &inference.ModelConfigResponse{Config: &inference.ModelConfig{
+		Name:             name,
+		Platform:         "onnxruntime_onnx",
+		Backend:          "onnxruntime",
+		MaxBatchSize:     int32(m.maxBatch * m.instances),
+		Input:            []*inference.ModelInput{in},
+		Output:           []*inference.ModelOutput{{Name: m.outputName, DataType: inference.DataType_TYPE_FP32, Dims: []int64{int64(m.classes)}}},
+		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{}},
+		Parameters:       params,
+	}}, nil
+}
+
+func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return g.s.grpcInfer(ctx, req, md, false)
+}
+
+// ModelStreamInfer answers each request of the stream on it, with its id, as its answer is
+// ready (not in order); a failed request is answered with error_message, and the stream goes
+// on. The stream ends when the client closes its side (once every request is answered), or
+// when the server drains.
+func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelStreamInferServer) error {
+	s := g.s
+	ctx := st.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	reqs := make(chan *inference.ModelInferRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var (
+		sendMu  sync.Mutex
+		sendErr error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, streamInflight)
+		err     error
+	)
+	answer := func(req *inference.ModelInferRequest) {
+		defer func() { <-sem; wg.Done() }()
+		resp, err := s.grpcInfer(ctx, req, md, true)
+		if err != nil && ctx.Err() != nil {
+			return // the stream ended: nobody to answer
+		}
+		out := &inference.ModelStreamInferResponse{InferResponse: resp}
+		if err != nil {
+			out.ErrorMessage = status.Convert(err).Message()
+			out.InferResponse = &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}
+		}
+		sendMu.Lock()
+		if sendErr == nil {
+			sendErr = st.Send(out)
+		}
+		sendMu.Unlock()
+	}
+loop:
+	for {
+		select {
+		case req := <-reqs:
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				break loop
+			}
+			wg.Add(1)
+			go answer(req)
+		case e := <-recvErr:
+			if !errors.Is(e, io.EOF) {
+				err = e
+			}
+			break loop
+		case <-s.grpcStop:
+			err = status.Error(codes.Unavailable, "gateway: draining: the server is shutting down; the stream's requests sent so far are answered, open a new stream to another server")
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// adminCall checks a repository call: it needs the admin token (server.admin_token_file) as
+// "authorization: Bearer <token>" metadata; without a configured token the repository API is
+// the admin listener's (HTTP) only.
+func (g *grpcService) adminCall(ctx context.Context) error {
+	if g.s.adminTok == nil {
+		return status.Error(codes.Unimplemented, "the model repository API is served over gRPC only with an admin token (server.admin_token_file); without one, on the admin listener (server.admin_listen)")
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if g.s.tokenOK([]byte(v)) {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "the model repository API needs authorization: Bearer <token> metadata")
+}
+
+func (g *grpcService) RepositoryIndex(ctx context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+	if err := g.adminCall(ctx); err != nil {
+		return nil, err
+	}
+	idx, err := g.s.index()
+	if err != nil {
+		return nil, status.Error(codes.Internal, "cannot read the repository: "+err.Error())
+	}
+	resp := &inference.RepositoryIndexResponse{}
+	for _, e := range idx {
+		if !req.GetReady() || e.State == StateReady {
+			resp.Models = append(resp.Models, &inference.RepositoryIndexResponse_ModelIndex{Name: e.Name, Version: e.Version, State: e.State, Reason: e.Reason})
+		}
+	}
+	return resp, nil
+}
+
+func (g *grpcService) RepositoryModelLoad(ctx context.Context, req *inference.RepositoryModelLoadRequest) (*inference.RepositoryModelLoadResponse, error) {
+	if err := g.adminCall(ctx); err != nil {
+		return nil, err
+	}
+	for k := range req.GetParameters() {
+		// As over HTTP (repositoryParams): the gateway loads what its configuration names.
+		return nil, status.Errorf(codes.InvalidArgument, "parameter %q is not supported: the gateway loads the models its configuration names; change the configuration (or the files it names) and load or reload", wire.Truncate(k, 60))
+	}
+	if err := g.s.repositoryCall("load", req.GetModelName(), g.s.LoadModel); err != nil {
+		return nil, err
+	}
+	return &inference.RepositoryModelLoadResponse{}, nil
+}
+
+func (g *grpcService) RepositoryModelUnload(ctx context.Context, req *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
+	if err := g.adminCall(ctx); err != nil {
+		return nil, err
+	}
+	for k := range req.GetParameters() {
+		if k != "unload_dependents" {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown unload parameter %q", wire.Truncate(k, 60))
+		}
+	}
+	if err := g.s.repositoryCall("unload", req.GetModelName(), g.s.UnloadModel); err != nil {
+		return nil, err
+	}
+	return &inference.RepositoryModelUnloadResponse{}, nil
+}
+
+// repositoryCall runs a load or unload and logs it, as the HTTP API does.
+func (s *Server) repositoryCall(action, name string, do func(string) error) error {
+	start := time.Now()
+	err := do(name)
+	s.log.Info("repository request", "rpc", action, "model", wire.Truncate(name, 100), "took", time.Since(start).Round(time.Millisecond), "err", err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	}
+	return status.Error(codes.InvalidArgument, fmt.Sprintf("cannot %s: %v", action, err))
+}
+
+// grpcHealth is grpc.health.v1.Health for the server ("") and for GRPCInferenceService:
+// SERVING while the server is ready (a model loaded and warm), live (the watchdog) and not
+// draining; NOT_SERVING otherwise.
+type grpcHealth struct {
+	healthgrpc.UnimplementedHealthServer
+	s *Server
+}
+
+func (h *grpcHealth) status(service string) (healthgrpc.HealthCheckResponse_ServingStatus, bool) {
+	if service != "" && service != inference.GRPCInferenceService_ServiceDesc.ServiceName {
+		return healthgrpc.HealthCheckResponse_SERVICE_UNKNOWN, false
+	}
+	live, _ := h.s.Live()
+	if live && h.s.ready.Load() && !h.s.draining.Load() {
+		return healthgrpc.HealthCheckResponse_SERVING, true
+	}
+	return healthgrpc.HealthCheckResponse_NOT_SERVING, true
+}
+
+func (h *grpcHealth) Check(_ context.Context, req *healthgrpc.HealthCheckRequest) (*healthgrpc.HealthCheckResponse, error) {
+	st, ok := h.status(req.GetService())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", wire.Truncate(req.GetService(), 100))
+	}
+	return &healthgrpc.HealthCheckResponse{Status: st}, nil
+}
+
+// Watch sends the service's status, and again each time it changes (looked at every
+// healthWatchPeriod), until the call ends or the server drains past its delay.
+func (h *grpcHealth) Watch(req *healthgrpc.HealthCheckRequest, st healthgrpc.Health_WatchServer) error {
+	t := time.NewTicker(healthWatchPeriod)
+	defer t.Stop()
+	last := healthgrpc.HealthCheckResponse_ServingStatus(-1)
+	for {
+		cur, _ := h.status(req.GetService())
+		if cur != last {
+			if err := st.Send(&healthgrpc.HealthCheckResponse{Status: cur}); err != nil {
+				return err
+			}
+			last = cur
+		}
+		select {
+		case <-t.C:
+		case <-st.Context().Done():
+			return nil
+		case <-h.s.grpcStop:
+			return status.Error(codes.Unavailable, "the server is shutting down")
+		}
+	}
+}
+
+const healthWatchPeriod = 250 * time.Millisecond
+
+// ModelStatistics answers Triton's statistics extension from the same counters as HTTP's
+// .../stats (Server.Stats): a model version, every version of a model, or every model.
+func (g *grpcService) ModelStatistics(_ context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
+	ms, err := g.s.Stats(req.GetName(), req.GetVersion())
+	if err != nil {
+		status, _ := g.s.classify(err)
+		return nil, grpcError(status, err.Error())
+	}
+	d := func(v stats.Duration) *inference.StatisticDuration {
+		return &inference.StatisticDuration{Count: v.Count, Ns: v.Ns}
+	}
+	resp := &inference.ModelStatisticsResponse{ModelStats: make([]*inference.ModelStatistics, 0, len(ms))}
+	for _, m := range ms {
+		is := m.InferenceStats
+		out := &inference.ModelStatistics{Name: m.Name, Version: m.Version, LastInference: m.LastInference,
+			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount,
+			InferenceStats: &inference.InferStatistics{Success: d(is.Success), Fail: d(is.Fail), Queue: d(is.Queue),
+				ComputeInput: d(is.ComputeInput), ComputeInfer: d(is.ComputeInfer), ComputeOutput: d(is.ComputeOutput),
+				CacheHit: &inference.StatisticDuration{}, CacheMiss: &inference.StatisticDuration{}}}
+		for _, b := range m.BatchStats {
+			out.BatchStats = append(out.BatchStats, &inference.InferBatchStatistics{BatchSize: b.BatchSize,
+				ComputeInput: d(b.ComputeInput), ComputeInfer: d(b.ComputeInfer), ComputeOutput: d(b.ComputeOutput)})
+		}
+		resp.ModelStats = append(resp.ModelStats, out)
+	}
+	return resp, nil
+}

@@ -1,0 +1,73 @@
+package grpcio
+
+import (
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/imagegate/imagegate/api/inference"
+)
+
+// Codec is the gRPC server's codec: protobuf, as grpc-go's own, except that a
+// ModelInferRequest's raw_input_contents (the images) are not copied out of the message:
+// protobuf-go copies every bytes field, so the message is assembled once into a buffer of its
+// own and the entries of raw_input_contents are slices of it. The buffer lives as long as the
+// request message.
+type Codec struct{ proto encoding.CodecV2 }
+
+// NewCodec returns the codec (grpc.ForceServerCodecV2).
+func NewCodec() Codec { return Codec{proto: encoding.GetCodecV2("proto")} }
+
+func (Codec) Name() string { return "proto" }
+
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*inference.ModelInferRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	return UnmarshalInfer(data.Materialize(), req)
+}
+
+// rawInputContents is raw_input_contents' field number in ModelInferRequest.
+const rawInputContents = 7
+
+// UnmarshalInfer decodes b into req with raw_input_contents aliasing b. The other fields
+// (names, shapes, parameters: small) are decoded by protobuf-go from a copy of b without
+// raw_input_contents; a message the scan cannot split is left to protobuf-go whole (which
+// then reports what is wrong with it).
+func UnmarshalInfer(b []byte, req *inference.ModelInferRequest) error {
+	var raws [][]byte
+	var rest []byte
+	for p, start := b, 0; len(p) > 0; {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return proto.Unmarshal(b, req)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, p[n:])
+		if m < 0 {
+			return proto.Unmarshal(b, req)
+		}
+		if num == rawInputContents && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(p[n:])
+			raws = append(raws, v[:len(v):len(v)])
+			at := len(b) - len(p)
+			rest = append(rest, b[start:at]...)
+			start = at + n + m
+		}
+		p = p[n+m:]
+		if len(p) == 0 {
+			rest = append(rest, b[start:]...)
+		}
+	}
+	if raws == nil {
+		return proto.Unmarshal(b, req)
+	}
+	if err := proto.Unmarshal(rest, req); err != nil {
+		return err
+	}
+	req.RawInputContents = raws
+	return nil
+}
