@@ -363,6 +363,14 @@ func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelSt
 			out.ErrorMessage = status.Convert(err).Message()
 			out.InferResponse = &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}
 		}
+		if req.GetParameters()["triton_enable_empty_final_response"].GetBoolParam() {
+			// Triton's streaming clients that ask for it wait for a response marked final; a
+			// request here has one response, so it is the final one.
+			if out.InferResponse.Parameters == nil {
+				out.InferResponse.Parameters = map[string]*inference.InferParameter{}
+			}
+			out.InferResponse.Parameters["triton_final_response"] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}
+		}
 		sendMu.Lock()
 		if sendErr == nil {
 			sendErr = st.Send(out)

@@ -405,6 +405,9 @@ func TestGRPCStream(t *testing.T) {
 			req.ModelName = "nope"
 		}
 		req.Id = "id-" + strconv.Itoa(i)
+		if i%2 == 0 { // as tritonclient's async_stream_infer(enable_empty_final_response=True)
+			req.Parameters = map[string]*inference.InferParameter{"triton_enable_empty_final_response": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}}
+		}
 		if err := st.Send(req); err != nil {
 			t.Fatal(err)
 		}
@@ -421,6 +424,10 @@ func TestGRPCStream(t *testing.T) {
 		}
 		id := r.InferResponse.GetId()
 		seen[id] = true
+		i, _ := strconv.Atoi(strings.TrimPrefix(id, "id-"))
+		if final, ok := r.InferResponse.GetParameters()["triton_final_response"]; ok != (i%2 == 0) || ok && !final.GetBoolParam() {
+			t.Errorf("%s: triton_final_response %v, want it true exactly when the request asked for it", id, final)
+		}
 		if id == "id-3" {
 			if !strings.Contains(r.ErrorMessage, "unknown model") {
 				t.Errorf("id-3: %q", r.ErrorMessage)
