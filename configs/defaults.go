@@ -62,6 +62,9 @@ func setServerDefaults(s *Server) {
 	if s.AdminListen == "" {
 		s.AdminListen = "127.0.0.1:8081"
 	}
+	if s.QueueDiscipline == "" {
+		s.QueueDiscipline = "predict"
+	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = 10000
 	}
@@ -106,6 +109,11 @@ func setModelDefaults(m *Model) {
 	}
 	if b.DefaultTimeout == 0 {
 		b.DefaultTimeout = Duration(30 * time.Second)
+	}
+	// A standing queue adds latency and no throughput: at capacity a served request waits at
+	// most this in line (docs/reliability.md has the measurements behind it).
+	if b.QueueTarget == 0 {
+		b.QueueTarget = Duration(100 * time.Millisecond)
 	}
 	// A configuration that names a fixed window (max_queue_delay) gets that window alone.
 	if b.Adaptive.LatencyTarget == 0 && !m.set["batching.adaptive.latency_target"] && !m.set["batching.max_queue_delay"] {

@@ -13,7 +13,7 @@ const noDownstream = time.Duration(0)
 // acquireAsync starts an acquire and returns a channel with its result.
 func acquireAsync(g *DecodeGate, ctx context.Context, deadline time.Time, cost int64, heavy bool) chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- g.Acquire(ctx, deadline, cost, heavy, noDownstream) }()
+	go func() { ch <- g.Acquire(ctx, deadline, 0, cost, heavy, noDownstream) }()
 	return ch
 }
 
@@ -22,7 +22,7 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 		g := NewDecodeGate(2, 2, NewBudget(1<<30))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		for range 2 {
-			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -30,7 +30,7 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 		synctest.Wait()
 		b := acquireAsync(g, ctx, far, 1, false)
 		synctest.Wait()
-		if err := g.Acquire(ctx, far, 1, false, noDownstream); !errors.Is(err, ErrQueueFull) {
+		if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("a third waiter with a queue of 2: %v", err)
 		}
 		g.Release(1, false, 10*time.Millisecond)
@@ -64,11 +64,11 @@ func TestDecodeGateDeadlines(t *testing.T) {
 		g := NewDecodeGate(1, 8, NewBudget(1<<30))
 		ctx := context.Background()
 		g.svc.observe(float64(100 * time.Millisecond)) // decodes take 100 ms
-		if err := g.Acquire(ctx, time.Now().Add(time.Hour), 1, false, noDownstream); err != nil {
+		if err := g.Acquire(ctx, time.Now().Add(time.Hour), 0, 1, false, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		// Behind one running decode: 100 ms of wait + 100 ms of decode > 150 ms.
-		if err := g.Acquire(ctx, time.Now().Add(150*time.Millisecond), 1, false, noDownstream); !errors.Is(err, ErrShed) {
+		if err := g.Acquire(ctx, time.Now().Add(150*time.Millisecond), 0, 1, false, noDownstream); !errors.Is(err, ErrShed) {
 			t.Fatalf("a deadline that cannot be met: %v", err)
 		}
 		// Admitted with 250 ms, but the running decode takes 400 ms: dropped at dispatch.
@@ -104,7 +104,7 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		mem := NewBudget(100)
 		g := NewDecodeGate(2, 8, mem)
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
-		if err := g.Acquire(ctx, far, 10, true, noDownstream); err != nil {
+		if err := g.Acquire(ctx, far, 0, 10, true, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		heavy := acquireAsync(g, ctx, far, 10, true)
@@ -126,7 +126,7 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		g.Release(10, true, time.Millisecond)
 		g.Release(10, false, time.Millisecond)
 		// 70 bytes held by decodes: a 50-byte one waits for them.
-		if err := g.Acquire(ctx, far, 70, false, noDownstream); err != nil {
+		if err := g.Acquire(ctx, far, 0, 70, false, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		wait := acquireAsync(g, ctx, far, 50, false)
@@ -141,10 +141,10 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		if !mem.Reserve(80) {
 			t.Fatal("reserve")
 		}
-		if err := g.Acquire(ctx, far, 50, false, noDownstream); !errors.Is(err, ErrMemory) {
+		if err := g.Acquire(ctx, far, 0, 50, false, noDownstream); !errors.Is(err, ErrMemory) {
 			t.Fatalf("decode memory held by bodies: %v", err)
 		}
-		if err := g.Acquire(ctx, far, 101, false, noDownstream); !errors.Is(err, ErrTooLarge) {
+		if err := g.Acquire(ctx, far, 0, 101, false, noDownstream); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("a decode larger than the budget: %v", err)
 		}
 		mem.Release(80)
@@ -162,7 +162,7 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		g := NewDecodeGate(2, 8, NewBudget(1<<30))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		decode := func(took time.Duration) {
-			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 			g.Release(1, false, took)
@@ -179,7 +179,7 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		}
 		// Busy: the wait counts again.
 		for range 2 {
-			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -194,6 +194,131 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		}
 		if svc := g.svc.duration(); svc < 190*time.Millisecond {
 			t.Fatalf("after 40 decodes of 200 ms the average is %v", svc)
+		}
+	})
+}
+
+// learn has the gate measure an ordinary decode time of svc.
+func learn(t *testing.T, g *DecodeGate, svc time.Duration) {
+	t.Helper()
+	if err := g.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 1, false, noDownstream); err != nil {
+		t.Fatal(err)
+	}
+	g.Release(1, false, svc)
+}
+
+// TestDecodeGateQueueTarget: under Predict the queue is bounded by time. Once the line
+// (waiters and incoming requests) reaches QueueFloor, a request whose predicted wait for a
+// worker exceeds its target is refused at once (ErrQueueTime), not queued, even with a far
+// deadline and room in the count; requests admitted and still reading their bodies
+// (Incoming) count as waiting; a waiter that has waited past its target and its headroom is
+// dropped at dispatch. A shorter line is never refused for its time.
+func TestDecodeGateQueueTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewDecodeGate(1, 100, NewBudget(1<<30))
+		learn(t, g, 10*time.Millisecond)
+		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 25*time.Millisecond
+		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil { // busy
+			t.Fatal(err)
+		}
+		start := time.Now()
+		acq := func() chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- g.Acquire(ctx, far, target, 1, false, noDownstream) }()
+			synctest.Wait()
+			return ch
+		}
+		a, b, c := acq(), acq(), acq() // predicted waits 10, 20, 30ms: queued, the line is short
+		if w := g.QueueWait(); w != 40*time.Millisecond {
+			t.Fatalf("QueueWait with one running and three waiting = %v, want 40ms", w)
+		}
+		g.Incoming(QueueFloor) // a burst of requests reading their bodies
+		if w, want := g.QueueWait(), time.Duration(4+QueueFloor)*10*time.Millisecond; w != want {
+			t.Fatalf("QueueWait with %d more reading their bodies = %v, want %v", QueueFloor, w, want)
+		}
+		select {
+		case err := <-acq(): // 40ms > 25ms, and the line is long
+			if !errors.Is(err, ErrQueueTime) || time.Since(start) != 0 {
+				t.Fatalf("a fourth waiter: %v after %v, want ErrQueueTime at once", err, time.Since(start))
+			}
+		default:
+			t.Fatal("a request predicted to wait past its target was queued")
+		}
+		// The worker is held 30ms: a waits 30ms (within 25ms and half again), gets it; b and
+		// c then wait until 60ms, past 37.5ms: dropped when the worker frees up.
+		time.Sleep(30 * time.Millisecond)
+		g.Release(1, false, 0)
+		synctest.Wait()
+		if err := <-a; err != nil {
+			t.Fatalf("the first waiter, within its target: %v", err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		g.Release(1, false, 0)
+		synctest.Wait()
+		for _, w := range []chan error{b, c} {
+			if err := <-w; !errors.Is(err, ErrQueueTime) {
+				t.Fatalf("a waiter 60ms in line with a 25ms target: %v, want ErrQueueTime", err)
+			}
+		}
+		if n := g.QueueTimeRefusals(); n != 3 {
+			t.Fatalf("queue-time refusals counted %d, want 3", n)
+		}
+	})
+}
+
+// TestDecodeGateCoDel: under CoDel nothing is refused on a prediction; once the oldest waiter
+// has been over its target for codelInterval the queue stands: the waiters past their target
+// are shed and the newest is served first, until the queue empties.
+func TestDecodeGateCoDel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewDecodeGate(1, 100, NewBudget(1<<30))
+		g.SetDiscipline(CoDel)
+		learn(t, g, 10*time.Millisecond)
+		g.Incoming(QueueFloor) // the line is long
+		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 20*time.Millisecond
+		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil {
+			t.Fatal(err)
+		}
+		acq := func() chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- g.Acquire(ctx, far, target, 1, false, noDownstream) }()
+			synctest.Wait()
+			return ch
+		}
+		w1, w2, w3 := acq(), acq(), acq() // 30ms predicted for w3: queued all the same
+		time.Sleep(150 * time.Millisecond)
+		g.Release(1, false, 0) // the oldest is over its target, not yet for an interval: FIFO
+		synctest.Wait()
+		if err := <-w1; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(90 * time.Millisecond)
+		w4 := acq()
+		time.Sleep(5 * time.Millisecond)
+		w5 := acq()
+		time.Sleep(5 * time.Millisecond)
+		g.Release(1, false, 0) // over the target for 100ms: standing
+		synctest.Wait()
+		for _, w := range []chan error{w2, w3} {
+			if err := <-w; !errors.Is(err, ErrQueueTime) {
+				t.Fatalf("a waiter 250ms in line in a standing queue: %v, want ErrQueueTime", err)
+			}
+		}
+		if err := <-w5; err != nil {
+			t.Fatalf("the newest waiter in a standing queue: %v, want the worker", err)
+		}
+		select {
+		case err := <-w4:
+			t.Fatalf("the older of two fresh waiters was served first in a standing queue: %v", err)
+		default:
+		}
+		g.Release(1, false, 0)
+		synctest.Wait()
+		if err := <-w4; err != nil {
+			t.Fatal(err)
+		}
+		if g.standing {
+			t.Fatal("the queue emptied and still stands")
 		}
 	})
 }
