@@ -470,7 +470,7 @@ func procCPU(pid int) time.Duration {
 // request timeout (0: the configured default), and checks and reports the figures: goodput,
 // good answers per gateway CPU-second against those at capacity, the served and refusal
 // latencies, and the gateway CPU a refusal costs.
-func overload(t *testing.T, name string, factor float64, timeoutMS int) {
+func overload(t *testing.T, name string, factor float64, timeoutMS int, expect bool) {
 	skipRaceServer(t)
 	shared := sharedDir(t)
 	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
@@ -530,7 +530,7 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 	dur := pick(8*time.Second, 30*time.Second)
 	cpu0 := procCPU(pid)
 	res, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: body, Headers: hdr,
-		Rate: factor * before.rate, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson})
+		Rate: factor * before.rate, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson, ExpectContinue: expect})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,6 +571,9 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int) {
 	deadline := "default_timeout (30s)"
 	if timeoutMS > 0 {
 		deadline = fmt.Sprintf("X-Request-Timeout: %d ms", timeoutMS)
+	}
+	if expect {
+		deadline += ", clients send Expect: 100-continue"
 	}
 	overloaded := factor > 1
 	want := pick(0.5, 0.9) // goodput / capacity
@@ -658,18 +661,27 @@ func metOrNot(ok bool) string {
 	return "**missed**"
 }
 
-func TestReliabilityOverload4x(t *testing.T) { overload(t, "overload 4x", 4, 0) }
+func TestReliabilityOverload4x(t *testing.T) { overload(t, "overload 4x", 4, 0, false) }
+
+// TestReliabilityOverload4xExpect: the same overload from clients that send Expect:
+// 100-continue, whose refused requests upload no body.
+func TestReliabilityOverload4xExpect(t *testing.T) {
+	if !*longForm {
+		t.Skip("the long form (-reliability.long) runs it")
+	}
+	overload(t, "overload 4x expect", 4, 0, true)
+}
 
 // TestReliabilityLoad08x: an open loop at 0.8x capacity, no overload: nothing is refused.
 func TestReliabilityLoad08x(t *testing.T) {
 	if !*longForm {
 		t.Skip("the long form (-reliability.long) runs it: 0.8 of a 3 s capacity measurement is too rough a rate on a shared machine")
 	}
-	overload(t, "load 0.8x", 0.8, 0)
+	overload(t, "load 0.8x", 0.8, 0, false)
 }
 
 func TestReliabilityOverload4xDeadline200ms(t *testing.T) {
-	overload(t, "overload 4x 200ms", 4, 200)
+	overload(t, "overload 4x 200ms", 4, 200, false)
 }
 
 // recorder is a client that records every request it wrote and whether it got an answer:
