@@ -64,7 +64,7 @@ type Server struct {
 	// predict refuses a request on its headers (before its body is read) when its predicted
 	// wait in line exceeds the target; codel queues it and, once the queue has stood above
 	// the target for 100 ms, serves the newest first and sheds the waiters past the target
-	// (docs/reliability.md compares the two).
+	// (docs/operations.md compares the two).
 	QueueDiscipline string `yaml:"queue_discipline"`
 	// MaxConnections bounds concurrent connections; at the limit the longest-idle keep-alive
 	// connection is closed to admit a new one.

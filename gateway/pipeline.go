@@ -71,11 +71,11 @@ type request struct {
 	topK     int
 	rctx     context.Context
 	cancel   context.CancelCauseFunc
-	held     int64 // bytes reserved from the memory budget
-	incoming bool  // counted in the decode gate's Incoming until it reaches the gate
-	admitted int   // samples admitted on m
-	bodyDone bool  // the body was read to its end
-	bodyBad  bool  // reading the body failed (broken framing, a timeout): nothing to drain
+	held     int64        // bytes reserved from the memory budget
+	incoming admit.Ticket // counted among the decode gate's incoming until it reaches the gate
+	admitted int          // samples admitted on m
+	bodyDone bool         // the body was read to its end
+	bodyBad  bool         // reading the body failed (broken framing, a timeout): nothing to drain
 	body     []byte
 	bodyBuf  []byte // the body as read (pooled)
 	inflated []byte // the body decompressed (pooled)
@@ -203,8 +203,7 @@ func (s *Server) runPipeline(r *request) error {
 	}
 	if r.fe.decodes() {
 		// In line for a decode worker from now on, as its body arrives.
-		s.gate.Incoming(1)
-		r.incoming = true
+		r.incoming = s.gate.Admitted(r.start)
 	}
 	// From here the request has a context: its deadline, its client leaving, a drain's end.
 	ctx, cancel := context.WithDeadline(s.abort, r.deadline)
@@ -324,9 +323,9 @@ func (s *Server) admit(r *request) error {
 // leftIncoming takes the request out of the decode gate's incoming count (it reached the gate
 // or ended before).
 func (r *request) leftIncoming() {
-	if r.incoming {
-		r.s.gate.Incoming(-1)
-		r.incoming = false
+	if r.incoming != 0 {
+		r.s.gate.Arrived(r.incoming)
+		r.incoming = 0
 	}
 }
 

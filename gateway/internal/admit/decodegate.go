@@ -53,7 +53,7 @@ type DecodeGate struct {
 	heavySvc   ewma         // decode wall time of heavy images, ns
 	heavyWait  int          // heavy waiters
 	waiting    atomic.Int32 // n, readable without mu
-	incoming   atomic.Int32 // requests admitted on a prediction, not yet at the gate (Incoming)
+	incoming   incoming     // requests admitted on a prediction, not yet at the gate (Admitted)
 	discipline Discipline
 	aboveSince time.Time // CoDel: since when every waiter dispatched had waited over its target
 	standing   bool      // CoDel: the queue stands; serve newest first, shed the old
@@ -100,10 +100,74 @@ const codelInterval = 100 * time.Millisecond
 // SetDiscipline sets the queue discipline; call it before the first Acquire.
 func (g *DecodeGate) SetDiscipline(d Discipline) { g.discipline = d }
 
-// Incoming counts requests admitted on QueueWait's prediction that have not reached Acquire
-// yet (their bodies are being read): delta +1 when one is admitted, -1 when it reaches Acquire
-// or ends before. They are in line as much as the waiters are.
-func (g *DecodeGate) Incoming(delta int) { g.incoming.Add(int32(delta)) }
+// Admitted counts a request admitted on QueueWait's prediction that has not reached Acquire
+// yet (its body is being read): it is in line as much as the waiters are. The caller calls
+// Arrived with the ticket when the request reaches Acquire or ends before. A request counts
+// for incomingHorizon at most: one still reading its body after that is slow (a client
+// trickling its body, on purpose or not), and slow clients must not fill the line and have
+// everyone else refused.
+func (g *DecodeGate) Admitted(now time.Time) Ticket { return g.incoming.add(now) }
+
+// Arrived takes back a ticket of Admitted (the zero Ticket: nothing).
+func (g *DecodeGate) Arrived(t Ticket) { g.incoming.done(t) }
+
+// Ticket is a request's place among the incoming ones; the zero value is none.
+type Ticket int64
+
+// incomingTick and incomingSlots: the incoming requests are counted by the tick of their
+// admission, over incomingHorizon.
+const (
+	incomingTick    = 10 * time.Millisecond
+	incomingSlots   = 16
+	incomingHorizon = incomingSlots * incomingTick
+)
+
+// incoming counts admitted requests by their admission's tick, over the last incomingSlots
+// ticks. It is safe for concurrent use.
+type incoming struct {
+	mu   sync.Mutex
+	slot [incomingSlots]struct {
+		tick int64
+		n    int
+	}
+}
+
+func (in *incoming) add(now time.Time) Ticket {
+	tick := now.UnixNano()/int64(incomingTick) + 1 // never 0
+	in.mu.Lock()
+	s := &in.slot[tick%incomingSlots]
+	if s.tick != tick {
+		s.tick, s.n = tick, 0
+	}
+	s.n++
+	in.mu.Unlock()
+	return Ticket(tick)
+}
+
+func (in *incoming) done(t Ticket) {
+	if t == 0 {
+		return
+	}
+	in.mu.Lock()
+	if s := &in.slot[int64(t)%incomingSlots]; s.tick == int64(t) && s.n > 0 {
+		s.n--
+	}
+	in.mu.Unlock()
+}
+
+// count is the number of requests admitted within incomingHorizon of now and not arrived.
+func (in *incoming) count(now time.Time) int {
+	tick := now.UnixNano()/int64(incomingTick) + 1
+	n := 0
+	in.mu.Lock()
+	for i := range in.slot {
+		if s := &in.slot[i]; s.tick > tick-incomingSlots && s.tick <= tick {
+			n += s.n
+		}
+	}
+	in.mu.Unlock()
+	return n
+}
 
 // NewDecodeGate returns a gate for workers decodes at once and maxWait waiting, whose decodes
 // take their memory from mem.
@@ -153,7 +217,7 @@ func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, target tim
 		g.mu.Unlock()
 		return ErrShed
 	}
-	if target > 0 && g.discipline == Predict && wait > target && g.q.Len()+int(g.incoming.Load()) >= QueueFloor {
+	if target > 0 && g.discipline == Predict && wait > target && g.q.Len()+g.incoming.count(now) >= QueueFloor {
 		g.queueTime++
 		g.mu.Unlock()
 		return ErrQueueTime
@@ -286,7 +350,7 @@ func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
 		return false
 	}
 	waited := now.Sub(w.Enqueued())
-	if g.q.Len()+int(g.incoming.Load()) <= QueueFloor {
+	if g.q.Len()+g.incoming.count(now) <= QueueFloor {
 		return false
 	}
 	if g.discipline == CoDel {
@@ -315,7 +379,7 @@ func (g *DecodeGate) codel(now time.Time) {
 	if !g.standing {
 		return
 	}
-	for w := g.q.Front(); w != nil && w.target > 0 && now.Sub(w.Enqueued()) > w.target && g.q.Len()+int(g.incoming.Load()) > QueueFloor; w = g.q.Front() {
+	for w := g.q.Front(); w != nil && w.target > 0 && now.Sub(w.Enqueued()) > w.target && g.q.Len()+g.incoming.count(now) > QueueFloor; w = g.q.Front() {
 		g.remove(w)
 		g.queueTime++
 		w.ready <- ErrQueueTime
@@ -388,7 +452,7 @@ func (g *DecodeGate) PredictWait() time.Duration {
 // and still reading their bodies counted as waiting (they will be ahead of it); 0 when a worker
 // is free and nobody waits or comes.
 func (g *DecodeGate) QueueWait() time.Duration {
-	in := int(max(g.incoming.Load(), 0))
+	in := g.incoming.count(time.Now())
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.q.Len()+in == 0 && g.busy < g.workers {
@@ -398,11 +462,11 @@ func (g *DecodeGate) QueueWait() time.Duration {
 	return time.Duration(int64(g.q.Len()-g.heavyWait+in+g.busy-g.heavy) * int64(svc) / int64(g.workers))
 }
 
-// IncomingNow is the number of requests counted by Incoming.
-func (g *DecodeGate) IncomingNow() int { return int(g.incoming.Load()) }
+// IncomingNow is the number of requests counted by Admitted now.
+func (g *DecodeGate) IncomingNow() int { return g.incoming.count(time.Now()) }
 
 // Line is the number of requests in line for a worker: the waiters and the incoming ones.
-func (g *DecodeGate) Line() int { return int(g.waiting.Load()) + int(max(g.incoming.Load(), 0)) }
+func (g *DecodeGate) Line() int { return int(g.waiting.Load()) + g.IncomingNow() }
 
 // QueueTimeRefusals is the number of requests refused or dropped for their queue target.
 func (g *DecodeGate) QueueTimeRefusals() uint64 {

@@ -232,10 +232,18 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 		if w := g.QueueWait(); w != 40*time.Millisecond {
 			t.Fatalf("QueueWait with one running and three waiting = %v, want 40ms", w)
 		}
-		g.Incoming(QueueFloor) // a burst of requests reading their bodies
+		var tickets []Ticket
+		for range QueueFloor { // a burst of requests reading their bodies
+			tickets = append(tickets, g.Admitted(time.Now()))
+		}
 		if w, want := g.QueueWait(), time.Duration(4+QueueFloor)*10*time.Millisecond; w != want {
 			t.Fatalf("QueueWait with %d more reading their bodies = %v, want %v", QueueFloor, w, want)
 		}
+		g.Arrived(tickets[0])
+		if n := g.IncomingNow(); n != QueueFloor-1 {
+			t.Fatalf("incoming after one arrived: %d, want %d", n, QueueFloor-1)
+		}
+		tickets[0] = g.Admitted(time.Now())
 		select {
 		case err := <-acq(): // 40ms > 25ms, and the line is long
 			if !errors.Is(err, ErrQueueTime) || time.Since(start) != 0 {
@@ -260,6 +268,15 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 				t.Fatalf("a waiter 60ms in line with a 25ms target: %v, want ErrQueueTime", err)
 			}
 		}
+		// Requests still reading their bodies after incomingHorizon are slow: they no longer
+		// count in line (slow clients must not have everyone else refused).
+		time.Sleep(incomingHorizon)
+		if n := g.IncomingNow(); n != 0 {
+			t.Fatalf("%d requests admitted %v ago still count as incoming", n, incomingHorizon+60*time.Millisecond)
+		}
+		for _, tk := range tickets {
+			g.Arrived(tk) // late: nothing to take back
+		}
 		if n := g.QueueTimeRefusals(); n != 3 {
 			t.Fatalf("queue-time refusals counted %d, want 3", n)
 		}
@@ -274,7 +291,21 @@ func TestDecodeGateCoDel(t *testing.T) {
 		g := NewDecodeGate(1, 100, NewBudget(1<<30))
 		g.SetDiscipline(CoDel)
 		learn(t, g, 10*time.Millisecond)
-		g.Incoming(QueueFloor) // the line is long
+		// The line is long: requests keep being admitted and reading their bodies.
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				for range QueueFloor / 8 {
+					g.Admitted(time.Now())
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(incomingTick):
+				}
+			}
+		}()
 		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 20*time.Millisecond
 		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil {
 			t.Fatal(err)
