@@ -111,7 +111,7 @@ func setModelDefaults(m *Model) {
 		b.DefaultTimeout = Duration(30 * time.Second)
 	}
 	// A standing queue adds latency and no throughput: at capacity a served request waits at
-	// most this in line (docs/reliability.md has the measurements behind it).
+	// most this in line, once 64 requests are (docs/operations.md has the measurements behind it).
 	if b.QueueTarget == 0 {
 		b.QueueTarget = Duration(100 * time.Millisecond)
 	}
