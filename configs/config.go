@@ -62,7 +62,7 @@ type Server struct {
 	DecodeQueue int `yaml:"decode_queue"`
 	// QueueDiscipline is how the decode queue keeps to each model's batching.queue_target:
 	// predict refuses a request on its headers (before its body is read) when its predicted
-	// wait in line exceeds the target; codel queues it and, once the queue has stood above
+	// wait in line exceeds the target, the line standing over it; codel queues it and, once the queue has stood above
 	// the target for 100 ms, serves the newest first and sheds the waiters past the target
 	// (docs/operations.md compares the two).
 	QueueDiscipline string `yaml:"queue_discipline"`
@@ -248,12 +248,13 @@ type Batching struct {
 	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
 	// DefaultTimeout bounds a request's wait and run; a request may only shorten it.
 	DefaultTimeout Duration `yaml:"default_timeout"`
-	// QueueTarget bounds the queue by time: once 64 requests are in line (a closed loop of
-	// fewer clients, such as a benchmark's 50 connections, is always queued), a request
-	// predicted to wait longer than this in line (for a decode worker and in the batcher,
-	// from the measured decode and run times) is refused at once, before its body is read
-	// (503 or 429 queue_full, gateway_refusals_total{stage="queue_time"}). A request's
-	// deadline may only shorten its wait further.
+	// QueueTarget bounds the queue by time: once the line has stood for 100 ms with 64
+	// requests or more in it (a closed loop of fewer clients, such as a benchmark's 50
+	// connections, is always queued) and a predicted wait over this, a request predicted to
+	// wait longer than this in line (for a decode worker and in the batcher, from the
+	// measured decode and run times) is refused at once, before its body is read (503 or 429
+	// queue_full, gateway_refusals_total{stage="queue_time"}). A request's deadline may only
+	// shorten its wait further.
 	QueueTarget Duration `yaml:"queue_target"`
 	// Priorities is the number of priority levels (0 or 1: none).
 	Priorities int `yaml:"priorities"`

@@ -311,7 +311,7 @@ func (s *Server) admit(r *request) error {
 		if r.fe.decodes() {
 			line = max(line, s.gate.Line())
 		}
-		if wait > target && line >= admit.QueueFloor {
+		if s.gate.OverTarget(wait, target, line, r.start) {
 			r.refuse(refuseQueueTime)
 			return fmt.Errorf("%w: model %s: a request admitted now would wait about %v in line; batching.queue_target is %v",
 				errQueueFull, r.m.name, wait.Round(time.Millisecond), target)

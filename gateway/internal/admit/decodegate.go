@@ -54,6 +54,7 @@ type DecodeGate struct {
 	heavyWait  int          // heavy waiters
 	waiting    atomic.Int32 // n, readable without mu
 	incoming   incoming     // requests admitted on a prediction, not yet at the gate (Admitted)
+	over       overTarget   // Predict: whether the line stands over its target (OverTarget)
 	discipline Discipline
 	aboveSince time.Time // CoDel: since when every waiter dispatched had waited over its target
 	standing   bool      // CoDel: the queue stands; serve newest first, shed the old
@@ -217,7 +218,7 @@ func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, target tim
 		g.mu.Unlock()
 		return ErrShed
 	}
-	if target > 0 && g.discipline == Predict && wait > target && g.q.Len()+g.incoming.count(now) >= QueueFloor {
+	if target > 0 && g.discipline == Predict && g.over.check(wait, target, g.q.Len()+g.incoming.count(now), now) {
 		g.queueTime++
 		g.mu.Unlock()
 		return ErrQueueTime
@@ -342,9 +343,8 @@ func (g *DecodeGate) dispatch() {
 	}
 }
 
-// overdue reports whether w has waited past its target: under Predict, with the headroom a
-// prediction is allowed (it was admitted to start within it); under CoDel, once the queue
-// stands. g.mu held.
+// overdue reports whether w has waited past its target and is to be shed: under CoDel, once
+// the queue stands; never under Predict. g.mu held.
 func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
 	if w.target <= 0 {
 		return false
@@ -356,7 +356,56 @@ func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
 	if g.discipline == CoDel {
 		return g.standing && waited > w.target
 	}
-	return waited > w.target+w.target/Headroom
+	// Predict refuses on arrival only: a waiter admitted in a burst (before the line stood
+	// for standInterval) is served late rather than refused late, after its wait.
+	return false
+}
+
+// OverTarget reports whether a request predicted to wait wait, with line requests in line,
+// is refused for its target under Predict: once the line has stood over the target (at least
+// QueueFloor in line, the predicted wait over the target) for standInterval, and until the
+// predicted wait falls under half the target or the line under the floor. A burst that
+// passes within standInterval is queued (a good queue); a standing one is refused.
+func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.Time) bool {
+	return g.over.check(wait, target, line, now)
+}
+
+// standInterval is how long the line must stand over its target before requests are refused
+// for it (CoDel's interval: longer than a burst of Poisson arrivals at 0.8 of capacity).
+const standInterval = 100 * time.Millisecond
+
+// overTarget is OverTarget's state. It is safe for concurrent use.
+type overTarget struct {
+	mu    sync.Mutex
+	since time.Time // since when every check was over the target (zero: the last was not)
+	stand bool
+}
+
+func (o *overTarget) check(wait, target time.Duration, line int, now time.Time) bool {
+	over := wait > target && line >= QueueFloor
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stand {
+		if wait < target/2 || line < QueueFloor {
+			o.stand, o.since = false, time.Time{}
+		}
+		return o.stand && over
+	}
+	switch {
+	case !over:
+		o.since = time.Time{}
+	case o.since.IsZero():
+		o.since = now
+	case now.Sub(o.since) >= standInterval:
+		o.stand = true
+	}
+	return o.stand
+}
+
+func (o *overTarget) standing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stand
 }
 
 // codel updates CoDel's state from the oldest waiter's wait: the queue stands once the oldest

@@ -208,11 +208,12 @@ func learn(t *testing.T, g *DecodeGate, svc time.Duration) {
 }
 
 // TestDecodeGateQueueTarget: under Predict the queue is bounded by time. Once the line
-// (waiters and incoming requests) reaches QueueFloor, a request whose predicted wait for a
-// worker exceeds its target is refused at once (ErrQueueTime), not queued, even with a far
-// deadline and room in the count; requests admitted and still reading their bodies
-// (Incoming) count as waiting; a waiter that has waited past its target and its headroom is
-// dropped at dispatch. A shorter line is never refused for its time.
+// (waiters and incoming requests) has stood at QueueFloor or more with a predicted wait over
+// the target for standInterval, a request predicted to wait past its target is refused at
+// once (ErrQueueTime), not queued, even with a far deadline and room in the count; requests
+// admitted and still reading their bodies (Admitted) count in line for incomingHorizon; the
+// waiters admitted are served, late, not refused late. A burst shorter than standInterval,
+// or a shorter line, is queued.
 func TestDecodeGateQueueTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewDecodeGate(1, 100, NewBudget(1<<30))
@@ -221,7 +222,6 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil { // busy
 			t.Fatal(err)
 		}
-		start := time.Now()
 		acq := func() chan error {
 			ch := make(chan error, 1)
 			go func() { ch <- g.Acquire(ctx, far, target, 1, false, noDownstream) }()
@@ -244,43 +244,77 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 			t.Fatalf("incoming after one arrived: %d, want %d", n, QueueFloor-1)
 		}
 		tickets[0] = g.Admitted(time.Now())
+		d := acq() // over the target with a long line, but only just: a burst is queued
 		select {
-		case err := <-acq(): // 40ms > 25ms, and the line is long
+		case err := <-d:
+			t.Fatalf("a request at the start of a burst: %v, want queued", err)
+		default:
+		}
+		time.Sleep(standInterval)
+		start := time.Now()
+		select {
+		case err := <-acq(): // the line has stood over the target for standInterval
 			if !errors.Is(err, ErrQueueTime) || time.Since(start) != 0 {
-				t.Fatalf("a fourth waiter: %v after %v, want ErrQueueTime at once", err, time.Since(start))
+				t.Fatalf("a request with the line standing over its target: %v after %v, want ErrQueueTime at once", err, time.Since(start))
 			}
 		default:
-			t.Fatal("a request predicted to wait past its target was queued")
+			t.Fatal("a request predicted to wait past its target, the line standing, was queued")
 		}
-		// The worker is held 30ms: a waits 30ms (within 25ms and half again), gets it; b and
-		// c then wait until 60ms, past 37.5ms: dropped when the worker frees up.
-		time.Sleep(30 * time.Millisecond)
-		g.Release(1, false, 0)
-		synctest.Wait()
-		if err := <-a; err != nil {
-			t.Fatalf("the first waiter, within its target: %v", err)
-		}
-		time.Sleep(30 * time.Millisecond)
-		g.Release(1, false, 0)
-		synctest.Wait()
-		for _, w := range []chan error{b, c} {
-			if err := <-w; !errors.Is(err, ErrQueueTime) {
-				t.Fatalf("a waiter 60ms in line with a 25ms target: %v, want ErrQueueTime", err)
+		// The waiters admitted are served in turn, past their target: not refused late.
+		for _, w := range []chan error{a, b, c, d} {
+			g.Release(1, false, 0)
+			synctest.Wait()
+			if err := <-w; err != nil {
+				t.Fatalf("a waiter admitted: %v, want the worker", err)
 			}
+		}
+		if n := g.QueueTimeRefusals(); n != 1 {
+			t.Fatalf("queue-time refusals counted %d, want 1", n)
 		}
 		// Requests still reading their bodies after incomingHorizon are slow: they no longer
 		// count in line (slow clients must not have everyone else refused).
 		time.Sleep(incomingHorizon)
 		if n := g.IncomingNow(); n != 0 {
-			t.Fatalf("%d requests admitted %v ago still count as incoming", n, incomingHorizon+60*time.Millisecond)
+			t.Fatalf("%d requests admitted %v ago still count as incoming", n, incomingHorizon+standInterval)
 		}
 		for _, tk := range tickets {
 			g.Arrived(tk) // late: nothing to take back
 		}
-		if n := g.QueueTimeRefusals(); n != 3 {
-			t.Fatalf("queue-time refusals counted %d, want 3", n)
+		if g.OverTarget(g.QueueWait(), target, g.Line(), time.Now()) || g.over.standing() {
+			t.Fatal("the line still stands once it is short")
 		}
 	})
+}
+
+// TestOverTarget: a line over its target for less than standInterval is not refused; one
+// over it for standInterval is, until its predicted wait falls under half the target (between
+// half and the whole target requests are admitted, the line still standing).
+func TestOverTarget(t *testing.T) {
+	g := NewDecodeGate(1, 1, NewBudget(1))
+	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, QueueFloor
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, c := range []struct {
+		at   time.Duration
+		wait time.Duration
+		line int
+		want bool
+	}{
+		{0, 200 * time.Millisecond, long, false},                          // over: a burst begins
+		{90 * time.Millisecond, 200 * time.Millisecond, long, false},      // still within the interval
+		{95 * time.Millisecond, 50 * time.Millisecond, long, false},       // under: the burst passed
+		{150 * time.Millisecond, 200 * time.Millisecond, long, false},     // over again, anew
+		{200 * time.Millisecond, 200 * time.Millisecond, long - 1, false}, // a short line: not over
+		{210 * time.Millisecond, 200 * time.Millisecond, long, false},
+		{310 * time.Millisecond, 200 * time.Millisecond, long, true},  // stood for the interval
+		{320 * time.Millisecond, 80 * time.Millisecond, long, false},  // under the target: admitted
+		{330 * time.Millisecond, 120 * time.Millisecond, long, true},  // still standing
+		{340 * time.Millisecond, 40 * time.Millisecond, long, false},  // under half: no longer
+		{350 * time.Millisecond, 200 * time.Millisecond, long, false}, // over, anew
+	} {
+		if got := g.OverTarget(c.wait, target, c.line, at(c.at)); got != c.want {
+			t.Fatalf("at %v, wait %v, line %d: %v, want %v", c.at, c.wait, c.line, got, c.want)
+		}
+	}
 }
 
 // TestDecodeGateCoDel: under CoDel nothing is refused on a prediction; once the oldest waiter
