@@ -364,8 +364,10 @@ func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
 // OverTarget reports whether a request predicted to wait wait, with line requests in line,
 // is refused for its target under Predict: once the line has stood over the target (at least
 // QueueFloor in line, the predicted wait over the target) for standInterval, and until the
-// predicted wait falls under half the target or the line under the floor. A burst that
-// passes within standInterval is queued (a good queue); a standing one is refused.
+// predicted wait falls under half the target or the line under half the floor (where it
+// stands, refusals hold it at the floor: ending there would let the next standInterval of
+// arrivals in). A burst that passes within standInterval is queued (a good queue); a
+// standing one is refused.
 func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.Time) bool {
 	return g.over.check(wait, target, line, now)
 }
@@ -386,7 +388,7 @@ func (o *overTarget) check(wait, target time.Duration, line int, now time.Time) 
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.stand {
-		if wait < target/2 || line < QueueFloor {
+		if wait < target/2 || line < QueueFloor/2 {
 			o.stand, o.since = false, time.Time{}
 		}
 		return o.stand && over

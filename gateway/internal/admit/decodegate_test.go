@@ -287,8 +287,8 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 }
 
 // TestOverTarget: a line over its target for less than standInterval is not refused; one
-// over it for standInterval is, until its predicted wait falls under half the target (between
-// half and the whole target requests are admitted, the line still standing).
+// over it for standInterval is, until its predicted wait falls under half the target or the
+// line under half the floor (between them requests are admitted, the line still standing).
 func TestOverTarget(t *testing.T) {
 	g := NewDecodeGate(1, 1, NewBudget(1))
 	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, QueueFloor
@@ -305,11 +305,17 @@ func TestOverTarget(t *testing.T) {
 		{150 * time.Millisecond, 200 * time.Millisecond, long, false},     // over again, anew
 		{200 * time.Millisecond, 200 * time.Millisecond, long - 1, false}, // a short line: not over
 		{210 * time.Millisecond, 200 * time.Millisecond, long, false},
-		{310 * time.Millisecond, 200 * time.Millisecond, long, true},  // stood for the interval
-		{320 * time.Millisecond, 80 * time.Millisecond, long, false},  // under the target: admitted
-		{330 * time.Millisecond, 120 * time.Millisecond, long, true},  // still standing
-		{340 * time.Millisecond, 40 * time.Millisecond, long, false},  // under half: no longer
-		{350 * time.Millisecond, 200 * time.Millisecond, long, false}, // over, anew
+		{310 * time.Millisecond, 200 * time.Millisecond, long, true},      // stood for the interval
+		{320 * time.Millisecond, 80 * time.Millisecond, long, false},      // under the target: admitted
+		{330 * time.Millisecond, 120 * time.Millisecond, long, true},      // still standing
+		{335 * time.Millisecond, 200 * time.Millisecond, long - 1, false}, // a place under the floor: admitted
+		{337 * time.Millisecond, 200 * time.Millisecond, long, true},      // still standing
+		{338 * time.Millisecond, 200 * time.Millisecond, long/2 - 1, false},
+		{339 * time.Millisecond, 200 * time.Millisecond, long, false}, // under half the floor: no longer
+		{340 * time.Millisecond, 120 * time.Millisecond, long, false},
+		{440 * time.Millisecond, 120 * time.Millisecond, long, true},
+		{450 * time.Millisecond, 40 * time.Millisecond, long, false},  // under half the target: no longer
+		{460 * time.Millisecond, 200 * time.Millisecond, long, false}, // over, anew
 	} {
 		if got := g.OverTarget(c.wait, target, c.line, at(c.at)); got != c.want {
 			t.Fatalf("at %v, wait %v, line %d: %v, want %v", c.at, c.wait, c.line, got, c.want)
