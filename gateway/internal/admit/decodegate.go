@@ -367,7 +367,7 @@ func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
 // predicted wait falls under half the target or the line under half the floor (where it
 // stands, refusals hold it at the floor: ending there would let the next standInterval of
 // arrivals in). A burst that passes within standInterval is queued (a good queue); a
-// standing one is refused.
+// standing one is refused, and so is a line of twice the floor at once.
 func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.Time) bool {
 	return g.over.check(wait, target, line, now)
 }
@@ -396,10 +396,10 @@ func (o *overTarget) check(wait, target time.Duration, line int, now time.Time) 
 	switch {
 	case !over:
 		o.since = time.Time{}
+	case line >= 2*QueueFloor || !o.since.IsZero() && now.Sub(o.since) >= standInterval:
+		o.stand = true // twice the floor in line is no burst: it stands at once
 	case o.since.IsZero():
 		o.since = now
-	case now.Sub(o.since) >= standInterval:
-		o.stand = true
 	}
 	return o.stand
 }

@@ -314,8 +314,9 @@ func TestOverTarget(t *testing.T) {
 		{339 * time.Millisecond, 200 * time.Millisecond, long, false}, // under half the floor: no longer
 		{340 * time.Millisecond, 120 * time.Millisecond, long, false},
 		{440 * time.Millisecond, 120 * time.Millisecond, long, true},
-		{450 * time.Millisecond, 40 * time.Millisecond, long, false},  // under half the target: no longer
-		{460 * time.Millisecond, 200 * time.Millisecond, long, false}, // over, anew
+		{450 * time.Millisecond, 40 * time.Millisecond, long, false},     // under half the target: no longer
+		{460 * time.Millisecond, 200 * time.Millisecond, long, false},    // over, anew
+		{470 * time.Millisecond, 200 * time.Millisecond, 2 * long, true}, // twice the floor: at once
 	} {
 		if got := g.OverTarget(c.wait, target, c.line, at(c.at)); got != c.want {
 			t.Fatalf("at %v, wait %v, line %d: %v, want %v", c.at, c.wait, c.line, got, c.want)
