@@ -250,7 +250,8 @@ type Batching struct {
 	DefaultTimeout Duration `yaml:"default_timeout"`
 	// QueueTarget bounds the queue by time: once the line has stood for 100 ms with 64
 	// requests or more in it (a closed loop of fewer clients, such as a benchmark's 50
-	// connections, is always queued) and a predicted wait over this, a request predicted to
+	// connections, is always queued) and a predicted wait over this, or at once with 128 in
+	// it, a request predicted to
 	// wait longer than this in line (for a decode worker and in the batcher, from the
 	// measured decode and run times) is refused at once, before its body is read (503 or 429
 	// queue_full, gateway_refusals_total{stage="queue_time"}). A request's deadline may only
