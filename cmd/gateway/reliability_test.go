@@ -561,10 +561,10 @@ func overload(t *testing.T, name string, factor float64, timeoutMS int, expect b
 	if strings.Contains(g.metricsText(), `stage="queue_time"`) {
 		queueDrops = g.metric("gateway_refusals_total", `stage="queue_time"`)
 	}
-	t.Logf("%s: capacity %.1f req/s at c=50 (%.1f before, %.1f after; %.0f and %.0f good answers per gateway CPU-s; %d and %d refused); offered %.1f req/s for %v: goodput %.1f req/s (%.2f of capacity), "+
+	t.Logf("%s: capacity %.1f req/s at c=50 (%.1f before, %.1f after; %.0f and %.0f good answers per gateway CPU-s; %d and %d refused); offered %.1f req/s for %v: goodput %.1f req/s (%.2f of %s), "+
 		"%.0f good answers per gateway CPU-s (%.2f of capacity's), success p50 %.0f ms p99 %.0f ms, refusals %d p50 %.1f ms p99 %.1f ms, %.0f µs of gateway CPU each; "+
 		"codes %v, errors %v; RSS peak %s; health %d/%d worst %v; client send delay p50 %.1f ms p99 %.1f ms; queue_time refusals %v",
-		name, capacity, before.rate, after.rate, before.perCPU, after.perCPU, before.refused, after.refused, factor*before.rate, dur, s.Throughput, ratio,
+		name, capacity, before.rate, after.rate, before.perCPU, after.perCPU, before.refused, after.refused, factor*before.rate, dur, s.Throughput, ratio, refName,
 		perCPU, perCPU/capPerCPU, s.SuccessLatency.P50, s.SuccessLatency.P99,
 		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, float64(refusalCPU)/1e3, codes, s.ErrorKinds, mib(peak), p.ok, p.checks, p.worst,
 		s.SendDelay.P50, s.SendDelay.P99, queueDrops)
