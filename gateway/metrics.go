@@ -33,7 +33,7 @@ var metricHelp = map[string]string{
 	"gateway_batches_total":                 "ONNX Runtime calls (execution count).",
 	"gateway_batch_items_total":             "Samples run (inference count); batch_items/batches is the mean batch size.",
 	"gateway_batch_errors_total":            "ONNX Runtime calls that failed.",
-	"gateway_queue_dropped_total":           "Queued samples dropped before running, by reason: canceled, expired, shed, queue_full, closed.",
+	"gateway_queue_dropped_total":           "Queued samples dropped before running, by reason: canceled, expired, shed, queue_full, closed, queue_time.",
 	"gateway_queue_length":                  "Samples waiting in the model's batcher queue.",
 	"gateway_queue_capacity":                "Capacity of the model's queue (batching.max_queue_size).",
 	"gateway_pending_samples":               "Samples admitted and not yet answered (decoding, queued or running).",
@@ -42,11 +42,13 @@ var metricHelp = map[string]string{
 	"gateway_decode_workers":                "Images decoded at once at most (server.decode_workers).",
 	"gateway_decode_busy":                   "Decode workers in use.",
 	"gateway_decode_waiting":                "Requests waiting for a decode worker.",
+	"gateway_decode_incoming":               "Requests admitted for a decode and still reading their bodies (in line as much as the waiters).",
+	"gateway_decode_wait_predicted_seconds": "The predicted wait for a decode worker of a request admitted now (what batching.queue_target bounds, with the batcher's wait).",
 	"gateway_decode_queue_capacity":         "Requests that may wait for a decode worker (server.decode_queue).",
 	"gateway_inflight_bytes":                "Memory held by requests in flight: bodies, decode buffers, input rows.",
 	"gateway_inflight_bytes_limit":          "The memory budget (server.max_inflight_bytes).",
 	"gateway_inflight_requests":             "Inference requests being handled.",
-	"gateway_refusals_total":                "Requests refused at once, by stage: queue, memory, decode_queue, deadline, connections.",
+	"gateway_refusals_total":                "Requests refused at once, by stage: queue, queue_time, memory, decode_queue, deadline, connections.",
 	"gateway_connections":                   "Open client connections.",
 	"gateway_connections_idle":              "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
@@ -95,7 +97,7 @@ func (r *metricsRegistry) loadFailure(name string) {
 func newMetricsRegistry() *metricsRegistry {
 	r := &metricsRegistry{set: metrics.NewSet(), refusals: map[string]*metrics.Counter{}, models: map[string]*modelMetrics{}}
 	r.unknown = newRequestMetrics(r.set, `model="_unknown",version=""`)
-	for _, st := range []string{refuseQueue, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
+	for _, st := range []string{refuseQueue, refuseQueueTime, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
 		r.refusals[st] = r.set.NewCounter(fmt.Sprintf(`gateway_refusals_total{stage=%q}`, st))
 	}
 	r.reloads = map[bool]*metrics.Counter{
@@ -108,7 +110,8 @@ func newMetricsRegistry() *metricsRegistry {
 
 // Stages at which a request is refused at once (gateway_refusals_total).
 const (
-	refuseQueue       = "queue" // the model's queue is full (batching.max_queue_size)
+	refuseQueue       = "queue"      // the model's queue is full (batching.max_queue_size)
+	refuseQueueTime   = "queue_time" // it would wait longer than batching.queue_target
 	refuseMemory      = "memory"
 	refuseDecodeQueue = "decode_queue"
 	refuseDeadline    = "deadline"
@@ -219,7 +222,7 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	mm.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	mm.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
 	mm.hungRuns = set.NewCounter("gateway_hung_runs_total" + l)
-	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed} {
+	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed, batcher.DropQueueTime} {
 		mm.dropped[d] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{%s,reason=%q}`, labels, d.String()))
 	}
 	gauge := func(name string, f func(m *model) float64) {
