@@ -107,7 +107,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 
 // grpcTap refuses a ModelInfer call before grpc-go reads its message, when no model could
 // take it: the server is past its drain's end, the decode queue is full, every model's queue
-// is full, or no model is predicted to answer before the call's deadline. HTTP refuses on
+// is full or over its queue target (a call's image waits for a decode worker, as most do), or
+// no model is predicted to answer before the call's deadline. HTTP refuses on
 // the header alone likewise; without this a refused call first costs its whole upload
 // (receiving and decoding a photo's message is most of what a refusal costs). The checks are
 // admit's, over every model since the message names its model; the request is refused again
@@ -122,10 +123,11 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 	}
 	t := s.models.Load()
 	var only *model // the model a refusal is counted on, when one is served
-	queued, late, n := true, true, 0
+	queued, timed, late, n := true, true, true, 0
 	calls := int64(s.opts.DecodeQueue + s.opts.DecodeWorkers) // the calls' bound (below)
 	deadline, hasDeadline := ctx.Deadline()
 	now := time.Now()
+	gateWait := s.gate.PredictWait() // as admit predicts an image's wait
 	for _, vs := range t.byName {
 		for _, m := range vs {
 			n++
@@ -134,7 +136,11 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 			if m.pending.Load() < m.queueCap {
 				queued = false
 			}
+			if _, over := s.overQueueTarget(m, 0, true, now); !over {
+				timed = false
+			}
 			pred, _ := m.impl.predict(0)
+			pred += gateWait
 			if !hasDeadline || !now.Add(pred+pred/admit.Headroom).After(deadline) {
 				late = false
 			}
@@ -157,6 +163,8 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 		stage, reason, msg = refuseDecodeQueue, reasonOverloaded, fmt.Sprintf("gateway: overloaded: %d requests wait for a decode worker (server.decode_queue)", waiting)
 	case queued:
 		stage, reason, msg = refuseQueue, reasonQueueFull, "gateway: queue full: every model's queue is full (batching.max_queue_size)"
+	case timed:
+		stage, reason, msg = refuseQueueTime, reasonQueueFull, "gateway: queue full: every model's line is predicted to wait past its batching.queue_target"
 	case late:
 		stage, reason, msg = refuseDeadline, reasonShed, "gateway: would miss its deadline: no model is predicted to answer before the call's deadline"
 	default:

@@ -316,22 +316,28 @@ func (s *Server) admit(r *request) error {
 	// The queue bounded by time: the predicted wait in line (for a decode worker, the
 	// requests still reading their bodies counted, and in the batcher) against the model's
 	// queue target. Under the codel discipline the decode queue sheds after the wait instead.
-	if target := r.m.queueTarget; target > 0 && s.opts.QueueDiscipline != "codel" {
-		wait, _ := r.m.impl.predictWait(r.priority)
-		if r.fe.decodes() {
-			wait += s.gate.QueueWait()
-		}
-		line := int(r.m.pending.Load())
-		if r.fe.decodes() {
-			line = max(line, s.gate.Line())
-		}
-		if s.gate.OverTarget(wait, target, line, r.start) {
-			r.refuse(refuseQueueTime)
-			return fmt.Errorf("%w: model %s: a request admitted now would wait about %v in line; batching.queue_target is %v",
-				errQueueFull, r.m.name, wait.Round(time.Millisecond), target)
-		}
+	if wait, over := s.overQueueTarget(r.m, r.priority, r.fe.decodes(), r.start); over {
+		r.refuse(refuseQueueTime)
+		return fmt.Errorf("%w: model %s: a request admitted now would wait about %v in line; batching.queue_target is %v",
+			errQueueFull, r.m.name, wait.Round(time.Millisecond), r.m.queueTarget)
 	}
 	return nil
+}
+
+// overQueueTarget reports whether a request for m arriving at now is refused for the model's
+// queue target (batching.queue_target, under the predict discipline), with its predicted wait
+// in line; decodes: the request waits for a decode worker too.
+func (s *Server) overQueueTarget(m *model, priority int, decodes bool, now time.Time) (time.Duration, bool) {
+	if m.queueTarget <= 0 || s.opts.QueueDiscipline == "codel" {
+		return 0, false
+	}
+	wait, _ := m.impl.predictWait(priority)
+	line := int(m.pending.Load())
+	if decodes {
+		wait += s.gate.QueueWait()
+		line = max(line, s.gate.Line())
+	}
+	return wait, s.gate.OverTarget(wait, m.queueTarget, line, now)
 }
 
 // leftIncoming takes the request out of the decode gate's incoming count (it reached the gate
