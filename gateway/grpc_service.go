@@ -59,7 +59,7 @@ type grpcServing struct {
 
 // ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) ServeGRPC(ln net.Listener) error {
-	s.dog.run()
+	s.dog.Run()
 	g := &grpcServing{srv: s.newGRPCServer(), stopped: make(chan struct{})}
 	s.lnMu.Lock()
 	if s.grpcClosed {

@@ -235,8 +235,8 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	gauge("gateway_pending_samples", func(m *model) float64 { return float64(m.pending.Load()) })
 	gauge("gateway_max_batch_size", func(m *model) float64 { return float64(m.maxBatch) })
 	gauge("gateway_adaptive_batch_cap", func(m *model) float64 { return float64(m.impl.adaptiveCap()) })
-	gauge("gateway_run_age_seconds", func(m *model) float64 { _, age := m.watch.oldest(time.Now()); return age.Seconds() })
-	gauge("gateway_run_hang_bound_seconds", func(m *model) float64 { return m.dog.bound(m).Seconds() })
+	gauge("gateway_run_age_seconds", func(m *model) float64 { _, age := m.watch.Oldest(time.Now()); return age.Seconds() })
+	gauge("gateway_run_hang_bound_seconds", func(m *model) float64 { return m.dog.Bound(&m.watch).Seconds() })
 	// The names just added: every name holding this model's labels.
 	for _, n := range r.set.ListMetricNames() {
 		if strings.Contains(n, l[:len(l)-1]) {

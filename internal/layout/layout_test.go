@@ -25,14 +25,15 @@ var mayImport = map[string][]string{
 	"preprocess/internal/jpegenc":  {},
 	"gateway": {"batcher", "preprocess", "gateway/internal/admit", "gateway/internal/netx",
 		"gateway/internal/sched", "gateway/internal/stats", "gateway/internal/wire", "gateway/internal/grpcio",
-		"api/inference"},
-	"gateway/internal/grpcio": {"api/inference"},
-	"gateway/internal/admit":  {"internal/queue"},
-	"gateway/internal/netx":   {},
-	"gateway/internal/sched":  {},
-	"gateway/internal/stats":  {},
-	"gateway/internal/wire":   {},
-	"internal/tracing":        {},
+		"gateway/internal/watchdog", "api/inference"},
+	"gateway/internal/grpcio":   {"api/inference"},
+	"gateway/internal/admit":    {"internal/queue"},
+	"gateway/internal/netx":     {},
+	"gateway/internal/sched":    {},
+	"gateway/internal/stats":    {},
+	"gateway/internal/wire":     {},
+	"gateway/internal/watchdog": {},
+	"internal/tracing":          {},
 }
 
 // mustNotImport lists, for packages (and those below them), what they must not import
