@@ -17,7 +17,8 @@
 // (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
 // counters), internal/grpcio (the gRPC server's codec and buffer pool), internal/grpcapi (the gRPC
 // API's protocol side: options, codes, health, streams, model descriptions), internal/watchdog
-// (the liveness watchdog's run tracking and hang checks). docs/architecture.md draws the map.
+// (the liveness watchdog's run tracking and hang checks), internal/metricset (the metric
+// families' help texts, buckets and request series). docs/architecture.md draws the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions

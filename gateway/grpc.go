@@ -55,7 +55,7 @@ func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest
 	m, err := s.lookup(name, req.GetModelVersion())
 	if err != nil {
 		status, reason := s.classify(err)
-		s.met.unknown.observe(status, reason, 0)
+		s.met.unknown.Observe(status, reason, 0)
 		if !stream && retryable(reason) {
 			grpc.SetTrailer(ctx, metadata.Pairs("retry-after", s.retryAfter))
 		}

@@ -124,9 +124,9 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 	}
 	s.met.refusals[stage].Inc()
 	if only != nil {
-		only.met.req.observe(http.StatusServiceUnavailable, reason, 0)
+		only.met.req.Observe(http.StatusServiceUnavailable, reason, 0)
 	} else {
-		s.met.unknown.observe(http.StatusServiceUnavailable, reason, 0)
+		s.met.unknown.Observe(http.StatusServiceUnavailable, reason, 0)
 	}
 	return ctx, status.Error(codes.Unavailable, msg)
 }

@@ -157,7 +157,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		s.modelConfig(ctx, m, tensorOnly)
 	case "infer":
 		if !ctx.IsPost() {
-			m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+			m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
 			s.methodNotAllowed(ctx, "POST")
 			return
 		}
