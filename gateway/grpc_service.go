@@ -20,8 +20,8 @@ import (
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
+	"github.com/imagegate/imagegate/gateway/internal/modeldesc"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
-	"github.com/imagegate/imagegate/preprocess"
 )
 
 // The gRPC server: GRPCInferenceService (the Open Inference Protocol with Triton's
@@ -224,7 +224,9 @@ func (g *grpcService) ModelMetadata(_ context.Context, req *inference.ModelMetad
 		return nil, err
 	}
 	defer m.done()
-	return grpcapi.Metadata(g.describe(m, tensorOnly, true)), nil
+	d := describe(m, tensorOnly)
+	d.Versions = g.s.versions(m.name)
+	return modeldesc.GRPCMetadata(d), nil
 }
 
 // ModelConfig answers as HTTP's .../config does (modelConfig in v2.go), in Triton's message.
@@ -234,22 +236,7 @@ func (g *grpcService) ModelConfig(_ context.Context, req *inference.ModelConfigR
 		return nil, err
 	}
 	defer m.done()
-	return grpcapi.Config(g.describe(m, tensorOnly, false)), nil
-}
-
-// describe is m as ModelMetadata and ModelConfig answer it (the versions served only when
-// versions is set).
-func (g *grpcService) describe(m *model, tensorOnly, versions bool) grpcapi.Model {
-	d := grpcapi.Model{Name: m.name, TensorOnly: tensorOnly, Input: m.inputName, Output: m.outputName,
-		Datatype: m.datatype, Shape: m.shape, NHWC: m.pre.Options().Layout == preprocess.NHWC,
-		Classes: m.classes, MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters}
-	if tensorOnly {
-		d.Name += tensorSuffix
-	}
-	if versions {
-		d.Versions = g.s.versions(m.name)
-	}
-	return d
+	return modeldesc.GRPCConfig(describe(m, tensorOnly)), nil
 }
 
 func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
