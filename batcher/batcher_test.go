@@ -884,3 +884,45 @@ func TestDropReasonString(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueTarget: the queue is bounded by time. An item whose predicted wait before its own
+// run (the runs of the items ahead) exceeds QueueTarget is refused at once, with no deadline
+// at all; one that fits is queued and run.
+func TestQueueTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder()
+		r.service = func(int) time.Duration { return 10 * time.Millisecond }
+		var d drops
+		b := mustNew(t, Config{MaxBatchSize: 2, MaxQueueDelay: time.Millisecond, QueueTarget: 15 * time.Millisecond}, r, Hooks{Dropped: d.hook})
+		warmUp(t, b, r)
+		t0 := time.Since(r.start)
+		busy := submit(b, r, context.Background(), 100, 0) // runs [t0+1ms, t0+11ms)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		var queued []<-chan result
+		for v := range 4 { // 0, 1, 2, 3 ahead → waits 0, 0, 10ms, 10ms: within the target
+			queued = append(queued, submit(b, r, context.Background(), 200+v, 0))
+			synctest.Wait()
+		}
+		// Four queued: one more would follow two full batches, a 20ms wait.
+		c := submit(b, r, context.Background(), 300, 0)
+		synctest.Wait()
+		wantErr(t, c, ErrQueueTime, t0+time.Millisecond)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for _, q := range append(queued, busy) {
+			if res := <-q; res.err != nil {
+				t.Fatalf("unexpected %v", res.err)
+			}
+		}
+		if d.get(DropQueueTime) != 1 || b.Stats().QueueTime != 1 {
+			t.Fatalf("queue_time not counted: %+v", b.Stats())
+		}
+		if r.ran(300) {
+			t.Fatal("a refused item was run")
+		}
+		if w, ok := b.PredictWait(0); !ok || w != 0 {
+			t.Fatalf("PredictWait on an empty queue = %v, %v", w, ok)
+		}
+	})
+}

@@ -60,6 +60,12 @@ type Server struct {
 	// at once (and earlier when their deadline cannot be met). 0: 128 per decode worker, at
 	// least 256.
 	DecodeQueue int `yaml:"decode_queue"`
+	// QueueDiscipline is how the decode queue keeps to each model's batching.queue_target:
+	// predict refuses a request on its headers (before its body is read) when its predicted
+	// wait in line exceeds the target, the line standing over it; codel queues it and, once the queue has stood above
+	// the target for 100 ms, serves the newest first and sheds the waiters past the target
+	// (docs/operations.md compares the two).
+	QueueDiscipline string `yaml:"queue_discipline"`
 	// MaxConnections bounds concurrent connections; at the limit the longest-idle keep-alive
 	// connection is closed to admit a new one.
 	MaxConnections int `yaml:"max_connections"`
@@ -246,6 +252,15 @@ type Batching struct {
 	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
 	// DefaultTimeout bounds a request's wait and run; a request may only shorten it.
 	DefaultTimeout Duration `yaml:"default_timeout"`
+	// QueueTarget bounds the queue by time: once the line has stood for 100 ms with 64
+	// requests or more in it (a closed loop of fewer clients, such as a benchmark's 50
+	// connections, is always queued) and a predicted wait over this, or at once with 128 in
+	// it, a request predicted to
+	// wait longer than this in line (for a decode worker and in the batcher, from the
+	// measured decode and run times) is refused at once, before its body is read (503 or 429
+	// queue_full, gateway_refusals_total{stage="queue_time"}). A request's deadline may only
+	// shorten its wait further.
+	QueueTarget Duration `yaml:"queue_target"`
 	// Priorities is the number of priority levels (0 or 1: none).
 	Priorities int `yaml:"priorities"`
 	// Adaptive sizes the window from measured service time.

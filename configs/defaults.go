@@ -65,6 +65,9 @@ func setServerDefaults(s *Server) {
 	if s.GRPCListen == "" {
 		s.GRPCListen = "127.0.0.1:8001" // Triton's gRPC port (the admin listener holds 8081)
 	}
+	if s.QueueDiscipline == "" {
+		s.QueueDiscipline = "predict"
+	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = 10000
 	}
@@ -109,6 +112,11 @@ func setModelDefaults(m *Model) {
 	}
 	if b.DefaultTimeout == 0 {
 		b.DefaultTimeout = Duration(30 * time.Second)
+	}
+	// A standing queue adds latency and no throughput: at capacity a served request waits at
+	// most this in line, once 64 requests are (docs/operations.md has the measurements behind it).
+	if b.QueueTarget == 0 {
+		b.QueueTarget = Duration(100 * time.Millisecond)
 	}
 	// A configuration that names a fixed window (max_queue_delay) gets that window alone.
 	if b.Adaptive.LatencyTarget == 0 && !m.set["batching.adaptive.latency_target"] && !m.set["batching.max_queue_delay"] {

@@ -31,7 +31,7 @@ var (
 	serverPositive = []string{"max_body_bytes", "read_timeout", "write_timeout", "idle_timeout",
 		"shutdown_timeout", "max_connections", "queue_full_status", "retry_after",
 		"watchdog.run_multiple", "watchdog.min_hang", "watchdog.max_run"}
-	modelPositive = []string{"batching.max_batch_size", "batching.max_queue_size", "batching.default_timeout",
+	modelPositive = []string{"batching.max_batch_size", "batching.max_queue_size", "batching.default_timeout", "batching.queue_target",
 		"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads"}
 )
 
@@ -100,6 +100,9 @@ func (c *Config) validateServer(p *problems) {
 	}
 	if s.DecodeQueue < 0 || s.DecodeQueue > 100000 {
 		p.add("server.decode_queue", "must be in [0, 100000] (0: from decode_workers), got %d", s.DecodeQueue)
+	}
+	if s.QueueDiscipline != "predict" && s.QueueDiscipline != "codel" {
+		p.add("server.queue_discipline", "must be predict or codel, got %q", s.QueueDiscipline)
 	}
 	if s.MaxConnections < 0 || s.MaxConnections > 1000000 {
 		p.add("server.max_connections", "must be in [1, 1000000], got %d", s.MaxConnections)
@@ -312,6 +315,9 @@ func (m *Model) validateBatching(p *problems, s Server, complete bool) {
 	}
 	if b.DefaultTimeout < 0 {
 		p.add(f+".default_timeout", "must not be negative, got %s", b.DefaultTimeout)
+	}
+	if b.QueueTarget < 0 {
+		p.add(f+".queue_target", "must not be negative, got %s", b.QueueTarget)
 	}
 	if b.Priorities < 0 || b.Priorities > 16 {
 		p.add(f+".priorities", "must be in [0, 16], got %d", b.Priorities)

@@ -40,7 +40,7 @@ func (r *metricsRegistry) loadFailure(name string) {
 func newMetricsRegistry() *metricsRegistry {
 	r := &metricsRegistry{set: metrics.NewSet(), refusals: map[string]*metrics.Counter{}, models: map[string]*modelMetrics{}}
 	r.unknown = metricset.NewRequests(r.set, `model="_unknown",version=""`, failureReasons)
-	for _, st := range []string{refuseQueue, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
+	for _, st := range []string{refuseQueue, refuseQueueTime, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
 		r.refusals[st] = r.set.NewCounter(fmt.Sprintf(`gateway_refusals_total{stage=%q}`, st))
 	}
 	r.reloads = map[bool]*metrics.Counter{
@@ -53,7 +53,8 @@ func newMetricsRegistry() *metricsRegistry {
 
 // Stages at which a request is refused at once (gateway_refusals_total).
 const (
-	refuseQueue       = "queue" // the model's queue is full (batching.max_queue_size)
+	refuseQueue       = "queue"      // the model's queue is full (batching.max_queue_size)
+	refuseQueueTime   = "queue_time" // it would wait longer than batching.queue_target
 	refuseMemory      = "memory"
 	refuseDecodeQueue = "decode_queue"
 	refuseDeadline    = "deadline"
@@ -105,7 +106,7 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	mm.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	mm.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
 	mm.hungRuns = set.NewCounter("gateway_hung_runs_total" + l)
-	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed} {
+	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed, batcher.DropQueueTime} {
 		mm.dropped[d] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{%s,reason=%q}`, labels, d.String()))
 	}
 	gauge := func(name string, f func(m *model) float64) {

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/stats"
 	"github.com/imagegate/imagegate/gateway/internal/watchdog"
@@ -40,7 +41,10 @@ type model struct {
 	// queueCap bounds the samples admitted and not yet running: max_queue_size plus a batch
 	// per instance.
 	queueCap int64
-	pending  atomic.Int64 // samples admitted and not yet answered
+	// queueTarget bounds the time a request may wait in line, for a decode worker and in the
+	// batcher (batching.queue_target; 0: no bound but its deadline).
+	queueTarget time.Duration
+	pending     atomic.Int64 // samples admitted and not yet answered
 	// refs counts the requests holding the model, times 2; its low bit is set once the model
 	// is closing: no acquire succeeds then, and the release that brings the count to zero
 	// closes idle.
@@ -67,6 +71,8 @@ type modelImpl interface {
 	// release them with sampleSet.release.
 	samples(n int, images bool) sampleSet
 	predict(priority int) (time.Duration, bool)
+	// predictWait is the batcher's predicted wait before a sample submitted now runs.
+	predictWait(priority int) (time.Duration, bool)
 	// warm runs every instance once at the full batch size, before the model takes traffic.
 	warm() error
 	queueLen() int
@@ -140,6 +146,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 		return nil, fmt.Errorf("gateway: model %s: %w", o.Name, err)
 	}
 	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
+	m.queueTarget = o.Batching.QueueTarget
 	m.met = met.model(m)
 	m.stats = stats.New(m.maxBatch)
 	met.instances.Add(int64(m.instances))
@@ -279,6 +286,9 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
+	if bc.QueueFloor == 0 {
+		bc.QueueFloor = admit.QueueFloor
+	}
 	if bc.StartLoop == nil {
 		// Model runs go after the threads that accept, refuse and answer, and before decodes.
 		bc.StartLoop = threads.ModelLoop
@@ -386,6 +396,10 @@ func (t *typedModel[T]) samples(n int, images bool) sampleSet {
 }
 
 func (t *typedModel[T]) predict(priority int) (time.Duration, bool) { return t.b.Predict(priority) }
+
+func (t *typedModel[T]) predictWait(priority int) (time.Duration, bool) {
+	return t.b.PredictWait(priority)
+}
 
 func (t *typedModel[T]) warm() error {
 	for i, r := range t.runners {

@@ -37,6 +37,11 @@ type Options struct {
 	// once (503). Requests that could not be decoded and run before their deadline are
 	// refused on arrival and dropped from the queue instead of being decoded.
 	DecodeQueue int
+	// QueueDiscipline is how the decode queue keeps to each model's queue target
+	// (Batching.QueueTarget): "predict" (the zero value) refuses a request on its headers when
+	// its predicted wait exceeds the target; "codel" queues it and, once the queue stands
+	// above the target, serves the newest first and sheds the waiters past the target.
+	QueueDiscipline string
 	// MaxConnections bounds open connections. At the limit the longest-idle keep-alive
 	// connection is closed to admit a new one; when none is idle, a new connection is
 	// served health, metrics and a JSON 503 for anything else, and closed.
@@ -76,6 +81,11 @@ func (o *Options) validate() error {
 	pos("DecodeWorkers", int64(o.DecodeWorkers))
 	pos("DecodeQueue", int64(o.DecodeQueue))
 	pos("MaxConnections", int64(o.MaxConnections))
+	switch o.QueueDiscipline {
+	case "", "predict", "codel":
+	default:
+		errs = append(errs, fmt.Errorf("QueueDiscipline must be predict or codel, got %q", o.QueueDiscipline))
+	}
 	if o.DrainDelay < 0 || o.RetryAfter < 0 {
 		errs = append(errs, errors.New("DrainDelay and RetryAfter must not be negative"))
 	}

@@ -72,10 +72,11 @@ type request struct {
 	topK     int
 	rctx     context.Context
 	cancel   context.CancelCauseFunc
-	held     int64 // bytes reserved from the memory budget
-	admitted int   // samples admitted on m
-	bodyDone bool  // the body was read to its end
-	bodyBad  bool  // reading the body failed (broken framing, a timeout): nothing to drain
+	held     int64        // bytes reserved from the memory budget
+	incoming admit.Ticket // counted among the decode gate's incoming until it reaches the gate
+	admitted int          // samples admitted on m
+	bodyDone bool         // the body was read to its end
+	bodyBad  bool         // reading the body failed (broken framing, a timeout): nothing to drain
 	body     []byte
 	bodyBuf  []byte // the body as read (pooled)
 	inflated []byte // the body decompressed (pooled)
@@ -167,6 +168,7 @@ func (s *Server) infer(r *request) {
 		if r.admitted > 0 {
 			m.unadmit(r.admitted)
 		}
+		r.leftIncoming()
 		if r.cancel != nil {
 			r.cancel(nil)
 		}
@@ -201,6 +203,10 @@ func (s *Server) runPipeline(r *request) error {
 	if err := s.admit(r); err != nil {
 		return err
 	}
+	if r.fe.decodes() {
+		// In line for a decode worker from now on, as its body arrives.
+		r.incoming = s.gate.Admitted(r.start)
+	}
 	// From here the request has a context: its deadline, its client leaving, a drain's end.
 	ctx, cancel := context.WithDeadline(s.abort, r.deadline)
 	r.rctx, r.cancel = context.WithCancelCause(ctx)
@@ -230,8 +236,11 @@ func (s *Server) runPipeline(r *request) error {
 	err = r.samples.submit(r.rctx, r.priority, r.meta.sc)
 	r.sampleTimes()
 	if err != nil {
-		if errors.Is(err, batcher.ErrQueueFull) { // the batcher's own bound, also at once
+		switch { // the batcher's own bounds, also at once
+		case errors.Is(err, batcher.ErrQueueFull):
 			r.refuse(refuseQueue)
+		case errors.Is(err, batcher.ErrQueueTime):
+			r.refuse(refuseQueueTime)
 		}
 		return err
 	}
@@ -304,7 +313,34 @@ func (s *Server) admit(r *request) error {
 		return fmt.Errorf("%w: predicted to take %v, and a request is admitted only with %v of its deadline left (the prediction and half again); the deadline is in %v",
 			errShed, pred.Round(time.Millisecond), need.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
 	}
+	// The queue bounded by time: the predicted wait in line (for a decode worker, the
+	// requests still reading their bodies counted, and in the batcher) against the model's
+	// queue target. Under the codel discipline the decode queue sheds after the wait instead.
+	if target := r.m.queueTarget; target > 0 && s.opts.QueueDiscipline != "codel" {
+		wait, _ := r.m.impl.predictWait(r.priority)
+		if r.fe.decodes() {
+			wait += s.gate.QueueWait()
+		}
+		line := int(r.m.pending.Load())
+		if r.fe.decodes() {
+			line = max(line, s.gate.Line())
+		}
+		if s.gate.OverTarget(wait, target, line, r.start) {
+			r.refuse(refuseQueueTime)
+			return fmt.Errorf("%w: model %s: a request admitted now would wait about %v in line; batching.queue_target is %v",
+				errQueueFull, r.m.name, wait.Round(time.Millisecond), target)
+		}
+	}
 	return nil
+}
+
+// leftIncoming takes the request out of the decode gate's incoming count (it reached the gate
+// or ended before).
+func (r *request) leftIncoming() {
+	if r.incoming != 0 {
+		r.s.gate.Arrived(r.incoming)
+		r.incoming = 0
+	}
 }
 
 // admitSamples counts n more samples of the request against its model's queue bound.
@@ -383,7 +419,8 @@ func (r *request) decodeImageGated(i int, img []byte, got *time.Time) error {
 		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.Limit())
 	}
 	after, _ := m.impl.predict(r.priority)
-	if err := s.gate.Acquire(r.rctx, r.deadline, cost, heavy, after); err != nil {
+	r.leftIncoming()
+	if err := s.gate.Acquire(r.rctx, r.deadline, m.queueTarget, cost, heavy, after); err != nil {
 		switch {
 		case errors.Is(err, admit.ErrMemory):
 			r.refuse(refuseMemory)
@@ -391,6 +428,9 @@ func (r *request) decodeImageGated(i int, img []byte, got *time.Time) error {
 		case errors.Is(err, admit.ErrQueueFull):
 			r.refuse(refuseDecodeQueue)
 			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", errOverloaded, s.opts.DecodeQueue)
+		case errors.Is(err, admit.ErrQueueTime):
+			r.refuse(refuseQueueTime)
+			return fmt.Errorf("%w: model %s: the image would wait (or has waited) longer than batching.queue_target (%v) for a decode worker", errQueueFull, m.name, m.queueTarget)
 		case errors.Is(err, admit.ErrShed):
 			r.refuse(refuseDeadline)
 			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", errShed)

@@ -120,6 +120,9 @@ func New(opts Options, repo Repository) (*Server, error) {
 	s.requests.New = func() any { return new(request) }
 	s.abort, s.abortFn = context.WithCancelCause(context.Background())
 	s.gate = admit.NewDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
+	if opts.QueueDiscipline == "codel" {
+		s.gate.SetDiscipline(admit.CoDel)
+	}
 	s.conns = netx.NewTracker(netx.Config{
 		MaxConns:   opts.MaxConnections,
 		Refusal:    netx.Refusal(`{"error":"the server has too many connections open (server.max_connections); try again"}`, s.retryAfter),
@@ -249,6 +252,8 @@ func (s *Server) registerServerMetrics() {
 	set.NewGauge("gateway_decode_queue_capacity", func() float64 { return float64(s.opts.DecodeQueue) })
 	set.NewGauge("gateway_decode_busy", func() float64 { _, b := s.gate.Stats(); return float64(b) })
 	set.NewGauge("gateway_decode_waiting", func() float64 { w, _ := s.gate.Stats(); return float64(w) })
+	set.NewGauge("gateway_decode_incoming", func() float64 { return float64(s.gate.IncomingNow()) })
+	set.NewGauge("gateway_decode_wait_predicted_seconds", func() float64 { return s.gate.QueueWait().Seconds() })
 	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.mem.Used()) })
 	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.mem.Limit()) })
 	set.NewGauge("gateway_inflight_requests", func() float64 { return float64(s.inflight.Load()) })

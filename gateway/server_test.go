@@ -705,7 +705,7 @@ func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
 		}
 	}
 	for range 3 { // three decodes of 2 s each, as the gate sees them
-		if err := ts.s.gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, false, 0); err != nil {
+		if err := ts.s.gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 0, false, 0); err != nil {
 			t.Fatal(err)
 		}
 		ts.s.gate.Release(0, false, 2*time.Second)

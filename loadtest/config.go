@@ -90,6 +90,10 @@ type Config struct {
 	// CLI defaults to true). A gRPC run always keeps its connections and
 	// needs it set.
 	KeepAlive bool
+	// ExpectContinue sends each HTTP request with "Expect: 100-continue": its body only after
+	// the server's "100 Continue", none when the server answers first (a refusal costs the
+	// server no upload). Plain http:// only; not with gRPC.
+	ExpectContinue bool
 	// Timeout bounds each request, dial included (default 30s).
 	Timeout time.Duration
 
@@ -128,6 +132,9 @@ func (c *Config) normalize() error {
 		}
 		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 			return fmt.Errorf("%w: URL %q must be http:// or https:// with a host", ErrConfig, c.URL)
+		}
+		if c.ExpectContinue && u.Scheme != "http" {
+			return fmt.Errorf("%w: Expect: 100-continue is sent over http:// only, got %q", ErrConfig, c.URL)
 		}
 		if c.GRPCConns != 0 {
 			return fmt.Errorf("%w: gRPC connections (%d) set for an HTTP run", ErrConfig, c.GRPCConns)

@@ -198,6 +198,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		client := hostClient(&cfg, u)
 		defer client.CloseIdleConnections()
 		newRequester = func(int) requester { return newWorker(&cfg, client) }
+		if cfg.ExpectContinue {
+			newRequester = func(int) requester { return newExpectWorker(&cfg, u) }
+		}
 	}
 
 	cpu0 := readCPU()

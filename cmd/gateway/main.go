@@ -322,6 +322,7 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 		DrainDelay:       c.DrainDelay.D(),
 		DecodeWorkers:    c.DecodeWorkers,
 		DecodeQueue:      c.DecodeQueue,
+		QueueDiscipline:  c.QueueDiscipline,
 		MaxConnections:   c.MaxConnections,
 		QueueFullStatus:  c.QueueFullStatus,
 		RetryAfter:       c.RetryAfter.D(),
@@ -410,6 +411,7 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
 		Priorities:          m.Batching.Priorities,
+		QueueTarget:         m.Batching.QueueTarget.D(),
 	}
 	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}

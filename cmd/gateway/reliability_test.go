@@ -36,7 +36,24 @@ import (
 var (
 	longForm   = flag.Bool("reliability.long", false, "run the reliability scenarios in their long form and check their targets")
 	reportPath = flag.String("reliability.report", "", "write the scenarios' tables (Markdown) to this file")
+	overrides  = flag.String("reliability.set", "", "configuration overrides for the load scenarios, key=value[,key=value] (server.queue_discipline=codel): to compare settings")
 )
+
+// loadOverrides parses -reliability.set.
+func loadOverrides(t *testing.T) map[string]any {
+	o := map[string]any{}
+	for kv := range strings.SplitSeq(*overrides, ",") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			t.Fatalf("-reliability.set: %q is not key=value", kv)
+		}
+		o[k] = v
+	}
+	return o
+}
 
 // report collects one Markdown table per scenario.
 var report struct {
@@ -428,25 +445,52 @@ func TestReliabilityPNGBombs(t *testing.T) {
 	}
 }
 
+// procCPU is the user plus system CPU time a process has used so far (/proc/PID/stat; the
+// kernel's receive work done in softirq context is charged to whichever process it
+// interrupted, which on loopback is mostly the sender).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s) // f[0] is field 3 (state): utime is field 14, stime 15
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+k) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
 // overload drives an open loop at factor x the capacity measured at c=50, with the given
-// request timeout (0: the configured default), and returns the figures.
-func overload(t *testing.T, name string, factor float64, timeoutMS int) {
-	overloadOver(t, name, factor, timeoutMS, false)
+// request timeout (0: the configured default), and checks and reports the figures: goodput,
+// good answers per gateway CPU-second against those at capacity, the served and refusal
+// latencies, and the gateway CPU a refusal costs.
+func overload(t *testing.T, name string, factor float64, timeoutMS int, expect bool) {
+	overloadOver(t, name, factor, timeoutMS, expect, false)
 }
 
 // overloadOver runs the overload scenario over HTTP's /predict/ or, with grpc, over gRPC's
 // ModelInfer (the same image; capacity measured over gRPC too; a deadline as grpc-timeout).
-func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, grpc bool) {
+func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, expect, grpc bool) {
 	skipRaceServer(t)
 	shared := sharedDir(t)
 	article, err := os.ReadFile(filepath.Join(shared, "seed", "rime_5868.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, shippedConfig(t, nil))
+	g := startGateway(t, shippedConfig(t, loadOverrides(t)))
 	pid := g.cmd.Process.Pid
 	body := []loadtest.Body{{Name: "rime_5868.json", Data: article}}
-	hdr := []loadtest.Header{{Name: "Content-Type", Value: "application/json"}}
+	capHdr := []loadtest.Header{{Name: "Content-Type", Value: "application/json"}}
+	hdr := capHdr
+	if timeoutMS > 0 {
+		hdr = append(hdr[:1:1], loadtest.Header{Name: "X-Request-Timeout", Value: strconv.Itoa(timeoutMS)})
+	}
 	// Capacity is measured before and after the overload, and goodput is compared with their
 	// mean: on a shared machine one 10 s measurement moved by 10-20 % between scenarios run a
 	// minute apart (259 and 279 req/s), and the machine's speed during the overload lies
@@ -469,46 +513,85 @@ func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, grpc
 		}
 		return c
 	}
-	measureCapacity := func(hdr []loadtest.Header) float64 {
-		capRun, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: hdr,
-			Concurrency: 50, Duration: pick(3*time.Second, 10*time.Second), WarmupDuration: time.Second, KeepAlive: true}))
+	type capRun struct {
+		rate, perCPU, p50, p99 float64
+		refused                uint64
+	}
+	measureCapacity := func() capRun {
+		warm, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: capHdr,
+			Concurrency: 50, Duration: time.Second, KeepAlive: true}))
+		if err != nil || warm.Summary.OK2xx == 0 {
+			t.Fatalf("warm-up: %v %+v", err, warm.Summary)
+		}
+		cpu0 := procCPU(pid)
+		res, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: capHdr,
+			Concurrency: 50, Duration: pick(3*time.Second, 10*time.Second), KeepAlive: true}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if capRun.Summary.Throughput <= 0 {
-			t.Fatalf("capacity run: %+v", capRun.Summary)
+		cpu := procCPU(pid) - cpu0
+		s := res.Summary
+		if s.Throughput <= 0 || cpu <= 0 {
+			t.Fatalf("capacity run: %+v (gateway CPU %v)", s, cpu)
 		}
-		return capRun.Summary.Throughput
+		return capRun{s.Throughput, float64(s.OK2xx) / cpu.Seconds(), s.SuccessLatency.P50, s.SuccessLatency.P99, s.Refused}
 	}
-	capBefore := measureCapacity(hdr)
-	capHdr := hdr
-	if timeoutMS > 0 {
-		hdr = append(hdr, loadtest.Header{Name: "X-Request-Timeout", Value: strconv.Itoa(timeoutMS)})
+	before := measureCapacity()
+	// With a deadline, goodput is compared with what the same client (an open loop with that
+	// deadline) reaches at 1x: a closed loop of 50 with a 200 ms deadline keeps a queue that
+	// sheds most of its own requests, and tells nothing of the capacity.
+	var ref float64
+	if timeoutMS > 0 && *longForm {
+		res, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: hdr,
+			Rate: before.rate, Concurrency: 4000, Duration: 15 * time.Second, KeepAlive: true, Arrival: loadtest.ArrivalPoisson}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref = res.Summary.Throughput
 	}
 	resetPeakRSS(pid)
 	p := startProber(g, nil, 250*time.Millisecond)
 	dur := pick(8*time.Second, 30*time.Second)
+	cpu0 := procCPU(pid)
 	res, err := loadtest.Run(t.Context(), config(loadtest.Config{Headers: hdr,
-		Rate: factor * capBefore, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson}))
+		Rate: factor * before.rate, Concurrency: 4000, Duration: dur, KeepAlive: true, Arrival: loadtest.ArrivalPoisson, ExpectContinue: expect}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cpu := procCPU(pid) - cpu0
 	p.finish()
 	_, peak := rss(pid)
-	capAfter := measureCapacity(capHdr)
-	capacity := (capBefore + capAfter) / 2
+	after := measureCapacity()
+	capacity := (before.rate + after.rate) / 2
+	capPerCPU := (before.perCPU + after.perCPU) / 2
 	s := res.Summary
 	ratio := s.Throughput / capacity
+	refName := "capacity"
+	if ref > 0 {
+		ratio, refName = s.Throughput/ref, "1x with the deadline"
+	}
+	perCPU := float64(s.OK2xx) / max(cpu.Seconds(), 0.01)
+	// A refusal's CPU: what the run used beyond its good answers at capacity's cost each.
+	var refusalCPU time.Duration
+	if s.Refused > 0 {
+		refusalCPU = (cpu - time.Duration(float64(s.OK2xx)/capPerCPU*float64(time.Second))) / time.Duration(s.Refused)
+	}
 	codes := make([]string, 0, len(s.StatusCodes))
 	for c, n := range s.StatusCodes {
 		codes = append(codes, fmt.Sprintf("%s=%d", c, n))
 	}
 	sort.Strings(codes)
-	t.Logf("%s: capacity %.1f req/s at c=50 (%.1f before, %.1f after); offered %.1f req/s for %v: goodput %.1f req/s (%.2f of capacity), success p50 %.0f ms p99 %.0f ms, "+
-		"refusals %d p50 %.1f ms p99 %.1f ms; codes %v, errors %v; RSS peak %s; health %d/%d worst %v; client send delay p50 %.1f ms p99 %.1f ms",
-		name, capacity, capBefore, capAfter, factor*capBefore, dur, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
-		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, codes, s.ErrorKinds, mib(peak), p.ok, p.checks, p.worst,
-		s.SendDelay.P50, s.SendDelay.P99)
+	var queueDrops float64
+	if strings.Contains(g.metricsText(), `stage="queue_time"`) {
+		queueDrops = g.metric("gateway_refusals_total", `stage="queue_time"`)
+	}
+	t.Logf("%s: capacity %.1f req/s at c=50 (%.1f before, %.1f after; %.0f and %.0f good answers per gateway CPU-s; %d and %d refused); offered %.1f req/s for %v: goodput %.1f req/s (%.2f of %s), "+
+		"%.0f good answers per gateway CPU-s (%.2f of capacity's), success p50 %.0f ms p99 %.0f ms, refusals %d p50 %.1f ms p99 %.1f ms, %.0f µs of gateway CPU each; "+
+		"codes %v, errors %v; RSS peak %s; health %d/%d worst %v; client send delay p50 %.1f ms p99 %.1f ms; queue_time refusals %v",
+		name, capacity, before.rate, after.rate, before.perCPU, after.perCPU, before.refused, after.refused, factor*before.rate, dur, s.Throughput, ratio, refName,
+		perCPU, perCPU/capPerCPU, s.SuccessLatency.P50, s.SuccessLatency.P99,
+		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, float64(refusalCPU)/1e3, codes, s.ErrorKinds, mib(peak), p.ok, p.checks, p.worst,
+		s.SendDelay.P50, s.SendDelay.P99, queueDrops)
 	deadline := "default_timeout (30s)"
 	if timeoutMS > 0 {
 		deadline = fmt.Sprintf("X-Request-Timeout: %d ms", timeoutMS)
@@ -520,20 +603,35 @@ func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, grpc
 	if grpc {
 		over = " over gRPC (ModelInfer)"
 	}
+	if expect {
+		deadline += ", clients send Expect: 100-continue"
+	}
+	overloaded := factor > 1
 	want := pick(0.5, 0.9) // goodput / capacity
 	if timeoutMS > 0 {
 		want = pick(0.4, 0.8)
 	}
-	addReport("3 "+name, fmt.Sprintf("## Overload %gx, %s%s\n\nCapacity measured first (closed loop, c=50, the article's payload), then an open loop "+
-		"(Poisson arrivals) at %gx that rate, then capacity again; goodput is compared with the mean of the two capacities.\n\n"+
-		"| capacity (c=50): before, after | offered | goodput | goodput / capacity | 2xx p50 / p99 | refusals | refusal p50 / p99 | status codes | RSS peak | health checks OK (worst) |\n"+
-		"|---|---|---|---|---|---|---|---|---|---|\n"+
-		"| %.1f, %.1f req/s | %.1f req/s | %.1f req/s | %.2f | %.0f / %.0f ms | %d | %.1f / %.1f ms | %s | %s | %d/%d (%v) |\n",
-		factor, deadline, over, factor, capBefore, capAfter, factor*capBefore, s.Throughput, ratio, s.SuccessLatency.P50, s.SuccessLatency.P99,
-		s.Refused, s.RefusalLatency.P50, s.RefusalLatency.P99, strings.Join(codes, " "), mib(peak), p.ok, p.checks, p.worst.Round(time.Millisecond))+
-		fmt.Sprintf("\nTargets in this run: goodput / capacity >= %.2f: %s; refusal p99 <= 10 ms: %s; RSS < 500 MiB: %s.\n",
-			want, metOrNot(ratio >= want),
-			metOrNot(s.RefusalLatency.P99 <= 10), metOrNot(peak <= 500<<20)))
+	refusalCell := "—"
+	if s.Refused > 0 {
+		refusalCell = fmt.Sprintf("%.1f / %.1f ms, %.0f µs CPU", s.RefusalLatency.P50, s.RefusalLatency.P99, float64(refusalCPU)/1e3)
+	}
+	targets := fmt.Sprintf("goodput / "+refName+" >= %.2f: %s; served p99 <= 300 ms: %s; refusal p99 <= 25 ms: %s; "+
+		"good answers per gateway CPU-s >= 0.9 of capacity's: %s; RSS < 300 MiB: %s",
+		want, metOrNot(ratio >= want), metOrNot(s.SuccessLatency.P99 <= 300), metOrNot(s.Refused == 0 || s.RefusalLatency.P99 <= 25),
+		metOrNot(perCPU >= 0.9*capPerCPU), metOrNot(peak < 300<<20))
+	if !overloaded {
+		targets = fmt.Sprintf("nothing refused: %s; served p99 no higher than at capacity (c=50, %.0f ms): %s",
+			metOrNot(s.Refused == 0), max(before.p99, after.p99), metOrNot(s.SuccessLatency.P99 <= max(before.p99, after.p99)))
+	}
+	addReport(fmt.Sprintf("3 %s", name), fmt.Sprintf("## Open loop at %gx capacity, %s%s\n\nCapacity measured first (closed loop, c=50, the article's payload, no deadline), then an open loop "+
+		"(Poisson arrivals) at %gx that rate for %v, then capacity again; goodput (with a deadline: against an open loop at 1x with that deadline, 15 s) and good answers per gateway CPU-second (user + system, /proc/PID/stat) are "+
+		"compared with the mean of the two capacity runs. A refusal's CPU is what the gateway used beyond its good answers at capacity's cost each, per refusal.\n\n"+
+		"| capacity (c=50): before, after | good answers per gateway CPU-s at capacity | offered | goodput | goodput / "+refName+" | good answers per gateway CPU-s (/ capacity's) | served p50 / p99 | refusals | refusal p50 / p99, CPU each | status codes | RSS peak | health checks OK (worst) |\n"+
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n"+
+		"| %.1f, %.1f req/s | %.0f | %.1f req/s | %.1f req/s | %.2f | %.0f (%.2f) | %.0f / %.0f ms | %d | %s | %s | %s | %d/%d (%v) |\n",
+		factor, deadline, over, factor, dur, before.rate, after.rate, capPerCPU, factor*before.rate, s.Throughput, ratio, perCPU, perCPU/capPerCPU,
+		s.SuccessLatency.P50, s.SuccessLatency.P99, s.Refused, refusalCell, strings.Join(codes, " "), mib(peak), p.ok, p.checks, p.worst.Round(time.Millisecond))+
+		fmt.Sprintf("\nTargets in this run: %s.\n", targets))
 	for c := range s.StatusCodes {
 		switch c {
 		case "200", "503", "429", "504", "OK", "UNAVAILABLE", "DEADLINE_EXCEEDED":
@@ -550,11 +648,28 @@ func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, grpc
 	if peak > 500<<20 {
 		t.Errorf("RSS peaked at %s under overload (target < 500 MiB)", mib(peak))
 	}
-	if ratio < want {
-		t.Errorf("goodput %.1f req/s is %.2f of the capacity %.1f req/s (want >= %.2f)", s.Throughput, ratio, capacity, want)
+	if n := before.refused + after.refused; n > 0 {
+		t.Errorf("%d requests refused in the capacity runs (a closed loop of 50: no overload)", n)
 	}
-	if *longForm && s.Refused > 0 && s.RefusalLatency.P99 > 10 {
-		t.Errorf("refusals answered in %.1f ms at p99 (target <= 10 ms)", s.RefusalLatency.P99)
+	if !overloaded {
+		// No overload: nothing may be refused. The short form's capacity, 3 s on a machine
+		// other packages' tests share, is too rough a yardstick for 0.8 of it.
+		if *longForm && s.Refused > 0 {
+			t.Errorf("%d requests refused at %gx capacity (%v)", s.Refused, factor, codes)
+		}
+		return
+	}
+	if ratio < want {
+		t.Errorf("goodput %.1f req/s is %.2f of %s (want >= %.2f)", s.Throughput, ratio, refName, want)
+	}
+	// A queue bounded by time: served requests wait no longer than a few times what a
+	// closed loop of 50 waits at capacity (a queue bounded by count alone, 256 places,
+	// made their p50 five times that; bounded by time, 1.6 times).
+	if lim := 3 * max(before.p50, after.p50); s.SuccessLatency.P50 > lim {
+		t.Errorf("served p50 %.0f ms under %gx overload, more than 3x the p50 at capacity (%.0f ms): a standing queue", s.SuccessLatency.P50, factor, lim/3)
+	}
+	if *longForm && s.Refused > 0 && s.RefusalLatency.P99 > 25 {
+		t.Errorf("refusals answered in %.1f ms at p99 (target <= 25 ms)", s.RefusalLatency.P99)
 	}
 	if !*longForm && s.Refused > 0 && s.RefusalLatency.P50 > s.SuccessLatency.P50 {
 		// Latencies count from the intended send time: a client that cannot keep its schedule
@@ -577,16 +692,35 @@ func metOrNot(ok bool) string {
 	return "**missed**"
 }
 
-func TestReliabilityOverload4x(t *testing.T) { overload(t, "overload 4x", 4, 0) }
+func TestReliabilityOverload4x(t *testing.T) { overload(t, "overload 4x", 4, 0, false) }
 
-func TestReliabilityOverload4xDeadline200ms(t *testing.T) {
-	overload(t, "overload 4x 200ms", 4, 200)
+// TestReliabilityOverload4xExpect: the same overload from clients that send Expect:
+// 100-continue, whose refused requests upload no body.
+func TestReliabilityOverload4xExpect(t *testing.T) {
+	if !*longForm {
+		t.Skip("the long form (-reliability.long) runs it")
+	}
+	overload(t, "overload 4x expect", 4, 0, true)
 }
 
-func TestReliabilityOverload4xGRPC(t *testing.T) { overloadOver(t, "overload 4x grpc", 4, 0, true) }
+// TestReliabilityLoad08x: an open loop at 0.8x capacity, no overload: nothing is refused.
+func TestReliabilityLoad08x(t *testing.T) {
+	if !*longForm {
+		t.Skip("the long form (-reliability.long) runs it: 0.8 of a 3 s capacity measurement is too rough a rate on a shared machine")
+	}
+	overload(t, "load 0.8x", 0.8, 0, false)
+}
+
+func TestReliabilityOverload4xDeadline200ms(t *testing.T) {
+	overload(t, "overload 4x 200ms", 4, 200, false)
+}
+
+func TestReliabilityOverload4xGRPC(t *testing.T) {
+	overloadOver(t, "overload 4x grpc", 4, 0, false, true)
+}
 
 func TestReliabilityOverload4xDeadline200msGRPC(t *testing.T) {
-	overloadOver(t, "overload 4x 200ms grpc", 4, 200, true)
+	overloadOver(t, "overload 4x 200ms grpc", 4, 200, false, true)
 }
 
 // shippedModel is the name of configs/gateway.yaml's first model.

@@ -103,6 +103,7 @@ type options struct {
 	seed       uint64
 	warmup     string
 	keepalive  bool
+	expect     bool
 	timeout    time.Duration
 	jsonImages string
 	body       string
@@ -156,6 +157,7 @@ func (o *options) register(fs *flag.FlagSet, sweep bool) {
 	fs.StringVar(&o.warmup, "warmup", "", "warm-up left out of all figures: a request count (100) or a duration (2s)")
 	fs.BoolVar(&o.keepalive, "keepalive", true, "reuse connections (-keepalive=false opens one per request)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-request timeout, connecting included")
+	fs.BoolVar(&o.expect, "expect-continue", false, "HTTP: send 'Expect: 100-continue' and each body only after the server's 100 Continue (a refusal then costs no upload)")
 	fs.StringVar(&o.jsonImages, "json-image", "", `image file(s), comma-separated, sent as {"image": "<base64>"} in rotation`)
 	fs.StringVar(&o.body, "body", "", "raw request body file (Content-Type guessed from its extension unless -H sets it)")
 	fs.StringVar(&o.protocol, "protocol", "article", "article: send the bodies as they are; v2: send their images as Open Inference Protocol requests over HTTP; grpc: the same over gRPC (see above)")
@@ -175,7 +177,7 @@ func (o *options) config(ctx context.Context, url string) (loadtest.Config, erro
 	cfg := loadtest.Config{
 		URL: url, Method: o.method, Headers: o.headers, Rate: o.rate,
 		Arrival: loadtest.Arrival(o.arrival), Seed: o.seed, Requests: o.n, Duration: o.duration,
-		KeepAlive: o.keepalive, Timeout: o.timeout,
+		KeepAlive: o.keepalive, Timeout: o.timeout, ExpectContinue: o.expect,
 	}
 	if o.warmup != "" {
 		if n, err := strconv.Atoi(o.warmup); err == nil {

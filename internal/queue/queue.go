@@ -56,6 +56,9 @@ func (q *List[E, P]) Back() *E { return q.tail }
 // Next is the element queued after e (newer), nil at the back.
 func (q *List[E, P]) Next(e *E) *E { return P(e).QueueLinks().next }
 
+// Prev is the element queued before e (older), nil at the front.
+func (q *List[E, P]) Prev(e *E) *E { return P(e).QueueLinks().prev }
+
 // PushBack queues e, not in any list, at the back, noting now as its enqueue time and its
 // deadline (zero: none).
 func (q *List[E, P]) PushBack(e *E, now, deadline time.Time) {

@@ -13,7 +13,7 @@ const noDownstream = time.Duration(0)
 // acquireAsync starts an acquire and returns a channel with its result.
 func acquireAsync(g *DecodeGate, ctx context.Context, deadline time.Time, cost int64, heavy bool) chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- g.Acquire(ctx, deadline, cost, heavy, noDownstream) }()
+	go func() { ch <- g.Acquire(ctx, deadline, 0, cost, heavy, noDownstream) }()
 	return ch
 }
 
@@ -22,7 +22,7 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 		g := NewDecodeGate(2, 2, NewBudget(1<<30))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		for range 2 {
-			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -30,7 +30,7 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 		synctest.Wait()
 		b := acquireAsync(g, ctx, far, 1, false)
 		synctest.Wait()
-		if err := g.Acquire(ctx, far, 1, false, noDownstream); !errors.Is(err, ErrQueueFull) {
+		if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("a third waiter with a queue of 2: %v", err)
 		}
 		g.Release(1, false, 10*time.Millisecond)
@@ -64,11 +64,11 @@ func TestDecodeGateDeadlines(t *testing.T) {
 		g := NewDecodeGate(1, 8, NewBudget(1<<30))
 		ctx := context.Background()
 		g.svc.observe(float64(100 * time.Millisecond)) // decodes take 100 ms
-		if err := g.Acquire(ctx, time.Now().Add(time.Hour), 1, false, noDownstream); err != nil {
+		if err := g.Acquire(ctx, time.Now().Add(time.Hour), 0, 1, false, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		// Behind one running decode: 100 ms of wait + 100 ms of decode > 150 ms.
-		if err := g.Acquire(ctx, time.Now().Add(150*time.Millisecond), 1, false, noDownstream); !errors.Is(err, ErrShed) {
+		if err := g.Acquire(ctx, time.Now().Add(150*time.Millisecond), 0, 1, false, noDownstream); !errors.Is(err, ErrShed) {
 			t.Fatalf("a deadline that cannot be met: %v", err)
 		}
 		// Admitted with 250 ms, but the running decode takes 400 ms: dropped at dispatch.
@@ -104,7 +104,7 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		mem := NewBudget(100)
 		g := NewDecodeGate(2, 8, mem)
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
-		if err := g.Acquire(ctx, far, 10, true, noDownstream); err != nil {
+		if err := g.Acquire(ctx, far, 0, 10, true, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		heavy := acquireAsync(g, ctx, far, 10, true)
@@ -126,7 +126,7 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		g.Release(10, true, time.Millisecond)
 		g.Release(10, false, time.Millisecond)
 		// 70 bytes held by decodes: a 50-byte one waits for them.
-		if err := g.Acquire(ctx, far, 70, false, noDownstream); err != nil {
+		if err := g.Acquire(ctx, far, 0, 70, false, noDownstream); err != nil {
 			t.Fatal(err)
 		}
 		wait := acquireAsync(g, ctx, far, 50, false)
@@ -141,10 +141,10 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 		if !mem.Reserve(80) {
 			t.Fatal("reserve")
 		}
-		if err := g.Acquire(ctx, far, 50, false, noDownstream); !errors.Is(err, ErrMemory) {
+		if err := g.Acquire(ctx, far, 0, 50, false, noDownstream); !errors.Is(err, ErrMemory) {
 			t.Fatalf("decode memory held by bodies: %v", err)
 		}
-		if err := g.Acquire(ctx, far, 101, false, noDownstream); !errors.Is(err, ErrTooLarge) {
+		if err := g.Acquire(ctx, far, 0, 101, false, noDownstream); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("a decode larger than the budget: %v", err)
 		}
 		mem.Release(80)
@@ -162,7 +162,7 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		g := NewDecodeGate(2, 8, NewBudget(1<<30))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		decode := func(took time.Duration) {
-			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 			g.Release(1, false, took)
@@ -179,7 +179,7 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		}
 		// Busy: the wait counts again.
 		for range 2 {
-			if err := g.Acquire(ctx, far, 1, false, noDownstream); err != nil {
+			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -194,6 +194,203 @@ func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 		}
 		if svc := g.svc.duration(); svc < 190*time.Millisecond {
 			t.Fatalf("after 40 decodes of 200 ms the average is %v", svc)
+		}
+	})
+}
+
+// learn has the gate measure an ordinary decode time of svc.
+func learn(t *testing.T, g *DecodeGate, svc time.Duration) {
+	t.Helper()
+	if err := g.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 1, false, noDownstream); err != nil {
+		t.Fatal(err)
+	}
+	g.Release(1, false, svc)
+}
+
+// TestDecodeGateQueueTarget: under Predict the queue is bounded by time. Once the line
+// (waiters and incoming requests) has stood at QueueFloor or more with a predicted wait over
+// the target for standInterval, a request predicted to wait past its target is refused at
+// once (ErrQueueTime), not queued, even with a far deadline and room in the count; requests
+// admitted and still reading their bodies (Admitted) count in line for incomingHorizon; the
+// waiters admitted are served, late, not refused late. A burst shorter than standInterval,
+// or a shorter line, is queued.
+func TestDecodeGateQueueTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewDecodeGate(1, 100, NewBudget(1<<30))
+		learn(t, g, 10*time.Millisecond)
+		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 25*time.Millisecond
+		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil { // busy
+			t.Fatal(err)
+		}
+		acq := func() chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- g.Acquire(ctx, far, target, 1, false, noDownstream) }()
+			synctest.Wait()
+			return ch
+		}
+		a, b, c := acq(), acq(), acq() // predicted waits 10, 20, 30ms: queued, the line is short
+		if w := g.QueueWait(); w != 40*time.Millisecond {
+			t.Fatalf("QueueWait with one running and three waiting = %v, want 40ms", w)
+		}
+		var tickets []Ticket
+		for range QueueFloor { // a burst of requests reading their bodies
+			tickets = append(tickets, g.Admitted(time.Now()))
+		}
+		if w, want := g.QueueWait(), time.Duration(4+QueueFloor)*10*time.Millisecond; w != want {
+			t.Fatalf("QueueWait with %d more reading their bodies = %v, want %v", QueueFloor, w, want)
+		}
+		g.Arrived(tickets[0])
+		if n := g.IncomingNow(); n != QueueFloor-1 {
+			t.Fatalf("incoming after one arrived: %d, want %d", n, QueueFloor-1)
+		}
+		tickets[0] = g.Admitted(time.Now())
+		d := acq() // over the target with a long line, but only just: a burst is queued
+		select {
+		case err := <-d:
+			t.Fatalf("a request at the start of a burst: %v, want queued", err)
+		default:
+		}
+		time.Sleep(standInterval)
+		start := time.Now()
+		select {
+		case err := <-acq(): // the line has stood over the target for standInterval
+			if !errors.Is(err, ErrQueueTime) || time.Since(start) != 0 {
+				t.Fatalf("a request with the line standing over its target: %v after %v, want ErrQueueTime at once", err, time.Since(start))
+			}
+		default:
+			t.Fatal("a request predicted to wait past its target, the line standing, was queued")
+		}
+		// The waiters admitted are served in turn, past their target: not refused late.
+		for _, w := range []chan error{a, b, c, d} {
+			g.Release(1, false, 0)
+			synctest.Wait()
+			if err := <-w; err != nil {
+				t.Fatalf("a waiter admitted: %v, want the worker", err)
+			}
+		}
+		if n := g.QueueTimeRefusals(); n != 1 {
+			t.Fatalf("queue-time refusals counted %d, want 1", n)
+		}
+		// Requests still reading their bodies after incomingHorizon are slow: they no longer
+		// count in line (slow clients must not have everyone else refused).
+		time.Sleep(incomingHorizon)
+		if n := g.IncomingNow(); n != 0 {
+			t.Fatalf("%d requests admitted %v ago still count as incoming", n, incomingHorizon+standInterval)
+		}
+		for _, tk := range tickets {
+			g.Arrived(tk) // late: nothing to take back
+		}
+		if g.OverTarget(g.QueueWait(), target, g.Line(), time.Now()) || g.over.standing() {
+			t.Fatal("the line still stands once it is short")
+		}
+	})
+}
+
+// TestOverTarget: a line over its target for less than standInterval is not refused; one
+// over it for standInterval is, until its predicted wait falls under half the target or the
+// line under half the floor (between them requests are admitted, the line still standing).
+func TestOverTarget(t *testing.T) {
+	g := NewDecodeGate(1, 1, NewBudget(1))
+	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, QueueFloor
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, c := range []struct {
+		at   time.Duration
+		wait time.Duration
+		line int
+		want bool
+	}{
+		{0, 200 * time.Millisecond, long, false},                          // over: a burst begins
+		{90 * time.Millisecond, 200 * time.Millisecond, long, false},      // still within the interval
+		{95 * time.Millisecond, 50 * time.Millisecond, long, false},       // under: the burst passed
+		{150 * time.Millisecond, 200 * time.Millisecond, long, false},     // over again, anew
+		{200 * time.Millisecond, 200 * time.Millisecond, long - 1, false}, // a short line: not over
+		{210 * time.Millisecond, 200 * time.Millisecond, long, false},
+		{310 * time.Millisecond, 200 * time.Millisecond, long, true},      // stood for the interval
+		{320 * time.Millisecond, 80 * time.Millisecond, long, false},      // under the target: admitted
+		{330 * time.Millisecond, 120 * time.Millisecond, long, true},      // still standing
+		{335 * time.Millisecond, 200 * time.Millisecond, long - 1, false}, // a place under the floor: admitted
+		{337 * time.Millisecond, 200 * time.Millisecond, long, true},      // still standing
+		{338 * time.Millisecond, 200 * time.Millisecond, long/2 - 1, false},
+		{339 * time.Millisecond, 200 * time.Millisecond, long, false}, // under half the floor: no longer
+		{340 * time.Millisecond, 120 * time.Millisecond, long, false},
+		{440 * time.Millisecond, 120 * time.Millisecond, long, true},
+		{450 * time.Millisecond, 40 * time.Millisecond, long, false},     // under half the target: no longer
+		{460 * time.Millisecond, 200 * time.Millisecond, long, false},    // over, anew
+		{470 * time.Millisecond, 200 * time.Millisecond, 2 * long, true}, // twice the floor: at once
+	} {
+		if got := g.OverTarget(c.wait, target, c.line, at(c.at)); got != c.want {
+			t.Fatalf("at %v, wait %v, line %d: %v, want %v", c.at, c.wait, c.line, got, c.want)
+		}
+	}
+}
+
+// TestDecodeGateCoDel: under CoDel nothing is refused on a prediction; once the oldest waiter
+// has been over its target for codelInterval the queue stands: the waiters past their target
+// are shed and the newest is served first, until the queue empties.
+func TestDecodeGateCoDel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewDecodeGate(1, 100, NewBudget(1<<30))
+		g.SetDiscipline(CoDel)
+		learn(t, g, 10*time.Millisecond)
+		// The line is long: requests keep being admitted and reading their bodies.
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				for range QueueFloor / 8 {
+					g.Admitted(time.Now())
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(incomingTick):
+				}
+			}
+		}()
+		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 20*time.Millisecond
+		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil {
+			t.Fatal(err)
+		}
+		acq := func() chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- g.Acquire(ctx, far, target, 1, false, noDownstream) }()
+			synctest.Wait()
+			return ch
+		}
+		w1, w2, w3 := acq(), acq(), acq() // 30ms predicted for w3: queued all the same
+		time.Sleep(150 * time.Millisecond)
+		g.Release(1, false, 0) // the oldest is over its target, not yet for an interval: FIFO
+		synctest.Wait()
+		if err := <-w1; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(90 * time.Millisecond)
+		w4 := acq()
+		time.Sleep(5 * time.Millisecond)
+		w5 := acq()
+		time.Sleep(5 * time.Millisecond)
+		g.Release(1, false, 0) // over the target for 100ms: standing
+		synctest.Wait()
+		for _, w := range []chan error{w2, w3} {
+			if err := <-w; !errors.Is(err, ErrQueueTime) {
+				t.Fatalf("a waiter 250ms in line in a standing queue: %v, want ErrQueueTime", err)
+			}
+		}
+		if err := <-w5; err != nil {
+			t.Fatalf("the newest waiter in a standing queue: %v, want the worker", err)
+		}
+		select {
+		case err := <-w4:
+			t.Fatalf("the older of two fresh waiters was served first in a standing queue: %v", err)
+		default:
+		}
+		g.Release(1, false, 0)
+		synctest.Wait()
+		if err := <-w4; err != nil {
+			t.Fatal(err)
+		}
+		if g.standing {
+			t.Fatal("the queue emptied and still stands")
 		}
 	})
 }
