@@ -268,13 +268,6 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 	imageArgs := append(slices.Clone(stage.entrypoint[1:]), stage.command...)
 	imageArgs = append(imageArgs, "-listen", "127.0.0.1:0")
 
-	// A binary built before the gRPC listener has no -grpc-listen: its runs skip the gRPC checks
-	// (and the ServingRuntime's --grpc-listen, which it would refuse) rather than fail.
-	help, _ := exec.Command(loader, "--inhibit-cache", "--library-path", libPath, bin, "-h").CombinedOutput()
-	speaksGRPC := bytes.Contains(help, []byte("-grpc-listen"))
-	if !speaksGRPC {
-		t.Log("the gateway has no -grpc-listen flag: the gRPC checks are skipped")
-	}
 	// The image's environment, its paths into the set (loader mode), and a free loopback port
 	// for gRPC instead of 0.0.0.0:8001 (the variable's value, not a flag: the image's way).
 	grpcAddr := freeLoopbackAddr(t)
@@ -296,12 +289,6 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		}
 		return r
 	}
-	checkGRPC := func(t *testing.T, addr string) {
-		if speaksGRPC {
-			checkGRPCHealth(t, addr)
-		}
-	}
-
 	t.Run("loader", func(t *testing.T) {
 		cmd := exec.Command(loader, append([]string{"--inhibit-cache", "--library-path", libPath, bin}, remap(imageArgs)...)...)
 		cmd.Dir = filepath.Join(root, stage.workdir)
@@ -311,7 +298,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		g.predict(t, jpeg, labels)
 		g.checkVersion(t, version)
 		g.checkMetrics(t, adapterSeries(t))
-		checkGRPC(t, grpcAddr)
+		checkGRPCHealth(t, grpcAddr)
 		g.stop(t)
 	})
 
@@ -328,7 +315,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		g.checkWarmCache(t)
 		g.predict(t, jpeg, labels)
 		g.checkVersion(t, version)
-		checkGRPC(t, grpcAddr)
+		checkGRPCHealth(t, grpcAddr)
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 		if err != nil {
 			t.Fatal(err)
@@ -369,9 +356,6 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 				a = "--http_port=0" // any free port; the test reads the one it got
 			}
 			if strings.HasPrefix(a, "--grpc-listen=") {
-				if !speaksGRPC {
-					continue
-				}
 				a = "--grpc-listen=" + grpcAddr
 			}
 			args = append(args, a)
@@ -399,7 +383,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 			!slices.Equal(resp.Outputs[0].Shape, []int{1, len(labels)}) || len(resp.Outputs[0].Data) != len(labels) {
 			t.Fatalf("v2 infer: %d %s", st, body)
 		}
-		checkGRPC(t, grpcAddr)
+		checkGRPCHealth(t, grpcAddr)
 		g.stop(t)
 	})
 }

@@ -15,8 +15,12 @@
 // (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (memory
 // budget, decode gate), internal/sched (decode and model threads), internal/netx
 // (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
-// counters), internal/grpcio (the gRPC server's codec and buffer pool). docs/architecture.md
-// draws the map.
+// counters), internal/grpcio (the gRPC server's codec and buffer pool), internal/grpcapi
+// (the gRPC API's protocol side: options, codes, health, streams, statistics),
+// internal/modeldesc (a model's metadata and configuration, JSON and protobuf),
+// internal/watchdog (the liveness watchdog's run tracking and hang checks), internal/metricset
+// (the metric families' help texts, buckets and request series). docs/architecture.md draws
+// the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions

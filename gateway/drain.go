@@ -12,7 +12,7 @@ import (
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	s.dog.run()
+	s.dog.Run()
 	l := s.conns.Listen(ln)
 	s.lnMu.Lock()
 	s.lns = append(s.lns, l)
@@ -47,7 +47,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.gone.Close()
-	s.dog.close()
+	s.dog.Close()
 	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
 	return errors.Join(errs...)
 }

@@ -83,7 +83,7 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	status, reason := s.fail(r, err)
 	r.meta.stages.total = time.Since(r.start)
 	r.t.annotate(r)
-	m.met.req.observe(status, reason, r.meta.stages.total)
+	m.met.req.Observe(status, reason, r.meta.stages.total)
 	s.endSpan(r, status, reason)
 	s.logRequest(r, status, reason)
 	return status

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"net/http"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
@@ -55,11 +55,11 @@ func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest
 	m, err := s.lookup(name, req.GetModelVersion())
 	if err != nil {
 		status, reason := s.classify(err)
-		s.met.unknown.observe(status, reason, 0)
+		s.met.unknown.Observe(status, reason, 0)
 		if !stream && retryable(reason) {
 			grpc.SetTrailer(ctx, metadata.Pairs("retry-after", s.retryAfter))
 		}
-		return nil, grpcError(status, err.Error())
+		return nil, grpcapi.Error(status, err.Error())
 	}
 	defer m.done()
 	r := s.newRequest(m, grpcAPI{tensorOnly: tensorOnly})
@@ -84,41 +84,13 @@ func mdValue(md metadata.MD, key string) []byte {
 	return nil
 }
 
-// grpcCode maps the pipeline's status (classify's, in HTTP's vocabulary) to a gRPC code. Every
-// refusal of an overloaded or draining server is UNAVAILABLE, whatever
-// server.queue_full_status says: it is the code gRPC clients and their retry policies treat as
-// transient (and the one Triton answers a full queue with). RESOURCE_EXHAUSTED is kept for a
-// request too large for the server's bounds (as grpc-go answers a message over its size
-// limit): retrying it does not help.
-func grpcCode(status int) codes.Code {
-	switch status {
-	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
-		return codes.InvalidArgument
-	case http.StatusRequestEntityTooLarge:
-		return codes.ResourceExhausted
-	case http.StatusNotFound, http.StatusMethodNotAllowed:
-		return codes.NotFound
-	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
-		return codes.DeadlineExceeded
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		return codes.Unavailable
-	case statusClientClosed:
-		return codes.Canceled
-	}
-	return codes.Internal
-}
-
-func grpcError(httpStatus int, msg string) error {
-	return status.Error(grpcCode(httpStatus), msg)
-}
-
 func (t *grpcTransport) options(r *request) error {
 	m := r.m
 	timeout := m.defaultTimeout
 	for k, p := range t.req.GetParameters() {
 		switch k {
 		case "timeout": // Triton's: microseconds; it only shortens the model's default
-			us, ok := paramInt(p)
+			us, ok := grpcapi.ParamInt(p)
 			if !ok || us <= 0 {
 				return wire.Malformed("parameter timeout must be a positive number of microseconds")
 			}
@@ -126,7 +98,7 @@ func (t *grpcTransport) options(r *request) error {
 				timeout = time.Duration(us) * time.Microsecond
 			}
 		case "priority":
-			pr, ok := paramInt(p)
+			pr, ok := grpcapi.ParamInt(p)
 			if !ok || pr < 0 || pr > math.MaxInt32 {
 				return wire.Malformed("parameter priority must be a non-negative integer")
 			}
@@ -138,20 +110,6 @@ func (t *grpcTransport) options(r *request) error {
 		r.deadline = dl // the call's own deadline (grpc-timeout)
 	}
 	return nil
-}
-
-// paramInt reads an integer parameter (int64_param or uint64_param).
-func paramInt(p *inference.InferParameter) (int64, bool) {
-	switch v := p.GetParameterChoice().(type) {
-	case *inference.InferParameter_Int64Param:
-		return v.Int64Param, true
-	case *inference.InferParameter_Uint64Param:
-		if v.Uint64Param > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(v.Uint64Param), true
-	}
-	return 0, false
 }
 
 // declaredBytes is the message's size: grpc-go received it whole (within
@@ -189,7 +147,7 @@ func (t *grpcTransport) fail(r *request, status int, msg string, retry bool) {
 	if retry && !t.stream {
 		grpc.SetTrailer(t.ctx, metadata.Pairs("retry-after", r.s.retryAfter))
 	}
-	t.res.err = grpcError(status, msg)
+	t.res.err = grpcapi.Error(status, msg)
 }
 
 func (t *grpcTransport) abandon(*request) {
@@ -285,7 +243,7 @@ func (a grpcAPI) parseMessage(r *request) error {
 	for _, o := range outs {
 		out := wire.Output{Name: []byte(o.GetName()), Binary: -1}
 		if p, ok := o.GetParameters()["classification"]; ok {
-			k, ok := paramInt(p)
+			k, ok := grpcapi.ParamInt(p)
 			if !ok || k < 1 || k > math.MaxInt32 {
 				return wire.Malformed("classification must be a positive count")
 			}

@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/experimental"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -24,10 +19,9 @@ import (
 
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
-	"github.com/imagegate/imagegate/gateway/internal/grpcio"
-	"github.com/imagegate/imagegate/gateway/internal/stats"
+	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
+	"github.com/imagegate/imagegate/gateway/internal/modeldesc"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
-	"github.com/imagegate/imagegate/preprocess"
 )
 
 // The gRPC server: GRPCInferenceService (the Open Inference Protocol with Triton's
@@ -35,21 +29,6 @@ import (
 // given. Shutdown drains it with the HTTP listeners: health turns NOT_SERVING at once, calls
 // are served through server.drain_delay, then the listeners close (GracefulStop: GOAWAY, every
 // call accepted is answered), streams stop taking requests and end once theirs are answered.
-
-const (
-	// grpcMaxStreams bounds the calls in flight on one connection (HTTP/2's
-	// SETTINGS_MAX_CONCURRENT_STREAMS); the pipeline's admission bounds them over all.
-	grpcMaxStreams = 1024
-	// grpcFraming is what a message may hold beyond server.max_body_bytes of tensor data:
-	// its names, shape, parameters and protobuf framing.
-	grpcFraming = 64 << 10
-	// streamInflight bounds the requests of one ModelStreamInfer stream in the pipeline at
-	// once; the stream reads no more until one is answered.
-	streamInflight = 256
-	// grpcWindow is a call's HTTP/2 flow-control window (a connection's is 4 of them): what a
-	// client may send before the server reads it.
-	grpcWindow = 1 << 20
-)
 
 // grpcServing is one gRPC server (one per ServeGRPC).
 type grpcServing struct {
@@ -59,7 +38,7 @@ type grpcServing struct {
 
 // ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) ServeGRPC(ln net.Listener) error {
-	s.dog.run()
+	s.dog.Run()
 	g := &grpcServing{srv: s.newGRPCServer(), stopped: make(chan struct{})}
 	s.lnMu.Lock()
 	if s.grpcClosed {
@@ -77,30 +56,9 @@ func (s *Server) ServeGRPC(ln net.Listener) error {
 }
 
 func (s *Server) newGRPCServer() *grpc.Server {
-	srv := grpc.NewServer(
-		grpc.MaxRecvMsgSize(int(min(s.opts.MaxBodyBytes+grpcFraming, 1<<31-1))),
-		grpc.MaxConcurrentStreams(grpcMaxStreams),
-		// A client may ping every 10 s at most, with or without calls in flight (Triton's
-		// client pings while idle when its keepalive is set); more often is a GOAWAY.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// A connection idle for server.idle_timeout is closed (GOAWAY first), as HTTP's.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout}),
-		grpc.ConnectionTimeout(s.opts.ReadTimeout),
-		grpc.SharedWriteBuffer(true),
-		grpc.InTapHandle(s.grpcTap),
-		// A photo's message (hundreds of KiB) arrives without waiting for window updates,
-		// and in few reads.
-		grpc.InitialWindowSize(grpcWindow),
-		grpc.InitialConnWindowSize(4*grpcWindow),
-		grpc.ReadBufferSize(grpcWindow/4),
-		// Calls run on goroutines kept for them (their stacks already grown), not one new
-		// goroutine each; when all are busy grpc-go starts one as before.
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
-		experimental.BufferPool(&grpcio.BufferPool{}),
-		grpc.ForceServerCodecV2(grpcio.NewCodec()),
-	)
+	srv := grpc.NewServer(grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcTap)...)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
-	healthgrpc.RegisterHealthServer(srv, &grpcHealth{s: s})
+	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.grpcStop})
 	reflection.Register(srv)
 	return srv
 }
@@ -174,9 +132,9 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 	}
 	s.met.refusals[stage].Inc()
 	if only != nil {
-		only.met.req.observe(http.StatusServiceUnavailable, reason, 0)
+		only.met.req.Observe(http.StatusServiceUnavailable, reason, 0)
 	} else {
-		s.met.unknown.observe(http.StatusServiceUnavailable, reason, 0)
+		s.met.unknown.Observe(http.StatusServiceUnavailable, reason, 0)
 	}
 	return ctx, status.Error(codes.Unavailable, msg)
 }
@@ -249,7 +207,7 @@ func (g *grpcService) model(name, version string) (*model, bool, error) {
 	m, err := g.s.lookup(base, version)
 	if err != nil {
 		status, _ := g.s.classify(err)
-		return nil, false, grpcError(status, err.Error())
+		return nil, false, grpcapi.Error(status, err.Error())
 	}
 	return m, tensorOnly, nil
 }
@@ -274,19 +232,9 @@ func (g *grpcService) ModelMetadata(_ context.Context, req *inference.ModelMetad
 		return nil, err
 	}
 	defer m.done()
-	name := m.name
-	in := &inference.ModelMetadataResponse_TensorMetadata{Name: m.inputName, Datatype: "BYTES", Shape: []int64{-1}}
-	if tensorOnly {
-		name += tensorSuffix
-		in = &inference.ModelMetadataResponse_TensorMetadata{Name: m.inputName, Datatype: m.datatype, Shape: append([]int64{-1}, m.shape...)}
-	}
-	return &inference.ModelMetadataResponse{
-		Name:     name,
-		Versions: g.s.versions(m.name),
-		Platform: "onnxruntime_onnx",
-		Inputs:   []*inference.ModelMetadataResponse_TensorMetadata{in},
-		Outputs:  []*inference.ModelMetadataResponse_TensorMetadata{{Name: m.outputName, Datatype: "FP32", Shape: []int64{-1, int64(m.classes)}}},
-	}, nil
+	d := describe(m, tensorOnly)
+	d.Versions = g.s.versions(m.name)
+	return modeldesc.GRPCMetadata(d), nil
 }
 
 // ModelConfig answers as HTTP's .../config does (modelConfig in v2.go), in Triton's message.
@@ -296,32 +244,7 @@ func (g *grpcService) ModelConfig(_ context.Context, req *inference.ModelConfigR
 		return nil, err
 	}
 	defer m.done()
-	name := m.name
-	in := &inference.ModelInput{Name: m.inputName, DataType: inference.DataType_TYPE_STRING, Format: inference.ModelInput_FORMAT_NONE, Dims: []int64{1}}
-	if tensorOnly {
-		name += tensorSuffix
-		in = &inference.ModelInput{Name: m.inputName, DataType: inference.DataType_TYPE_FP32, Format: inference.ModelInput_FORMAT_NCHW, Dims: m.shape}
-		if m.pre.Options().Layout == preprocess.NHWC {
-			in.Format = inference.ModelInput_FORMAT_NHWC
-		}
-		if m.datatype == "UINT8" {
-			in.DataType = inference.DataType_TYPE_UINT8
-		}
-	}
-	params := make(map[string]*inference.ModelParameter, len(m.parameters))
-	for k, v := range m.parameters {
-		params[k] = &inference.ModelParameter{StringValue: v}
-	}
-	return &inference.ModelConfigResponse{Config: &inference.ModelConfig{
-		Name:             name,
-		Platform:         "onnxruntime_onnx",
-		Backend:          "onnxruntime",
-		MaxBatchSize:     int32(m.maxBatch * m.instances),
-		Input:            []*inference.ModelInput{in},
-		Output:           []*inference.ModelOutput{{Name: m.outputName, DataType: inference.DataType_TYPE_FP32, Dims: []int64{int64(m.classes)}}},
-		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{}},
-		Parameters:       params,
-	}}, nil
+	return modeldesc.GRPCConfig(describe(m, tensorOnly)), nil
 }
 
 func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
@@ -334,82 +257,10 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferR
 // on. The stream ends when the client closes its side (once every request is answered), or
 // when the server drains.
 func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelStreamInferServer) error {
-	s := g.s
-	ctx := st.Context()
-	md, _ := metadata.FromIncomingContext(ctx)
-	reqs := make(chan *inference.ModelInferRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			req, err := st.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	var (
-		sendMu  sync.Mutex
-		sendErr error
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, streamInflight)
-		err     error
-	)
-	answer := func(req *inference.ModelInferRequest) {
-		defer func() { <-sem; wg.Done() }()
-		resp, err := s.grpcInfer(ctx, req, md, true)
-		if err != nil && ctx.Err() != nil {
-			return // the stream ended: nobody to answer
-		}
-		out := &inference.ModelStreamInferResponse{InferResponse: resp}
-		if err != nil {
-			out.ErrorMessage = status.Convert(err).Message()
-			out.InferResponse = &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}
-		}
-		if req.GetParameters()["triton_enable_empty_final_response"].GetBoolParam() {
-			// Triton's streaming clients that ask for it wait for a response marked final; a
-			// request here has one response, so it is the final one.
-			if out.InferResponse.Parameters == nil {
-				out.InferResponse.Parameters = map[string]*inference.InferParameter{}
-			}
-			out.InferResponse.Parameters["triton_final_response"] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}
-		}
-		sendMu.Lock()
-		if sendErr == nil {
-			sendErr = st.Send(out)
-		}
-		sendMu.Unlock()
-	}
-loop:
-	for {
-		select {
-		case req := <-reqs:
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				break loop
-			}
-			wg.Add(1)
-			go answer(req)
-		case e := <-recvErr:
-			if !errors.Is(e, io.EOF) {
-				err = e
-			}
-			break loop
-		case <-s.grpcStop:
-			err = status.Error(codes.Unavailable, "gateway: draining: the server is shutting down; the stream's requests sent so far are answered, open a new stream to another server")
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
-	}
-	wg.Wait()
-	return err
+	md, _ := metadata.FromIncomingContext(st.Context())
+	return grpcapi.Stream(st, g.s.grpcStop, func(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+		return g.s.grpcInfer(ctx, req, md, true)
+	})
 }
 
 // adminCall checks a repository call: it needs the admin token (server.admin_token_file) as
@@ -488,58 +339,12 @@ func (s *Server) repositoryCall(action, name string, do func(string) error) erro
 	return status.Error(codes.InvalidArgument, fmt.Sprintf("cannot %s: %v", action, err))
 }
 
-// grpcHealth is grpc.health.v1.Health for the server ("") and for GRPCInferenceService:
-// SERVING while the server is ready (a model loaded and warm), live (the watchdog) and not
-// draining; NOT_SERVING otherwise.
-type grpcHealth struct {
-	healthgrpc.UnimplementedHealthServer
-	s *Server
+// grpcHealthy is what the health service answers: SERVING while the server is ready (a model
+// loaded and warm), live (the watchdog) and not draining; NOT_SERVING otherwise.
+func (s *Server) grpcHealthy() bool {
+	live, _ := s.Live()
+	return live && s.ready.Load() && !s.draining.Load()
 }
-
-func (h *grpcHealth) status(service string) (healthgrpc.HealthCheckResponse_ServingStatus, bool) {
-	if service != "" && service != inference.GRPCInferenceService_ServiceDesc.ServiceName {
-		return healthgrpc.HealthCheckResponse_SERVICE_UNKNOWN, false
-	}
-	live, _ := h.s.Live()
-	if live && h.s.ready.Load() && !h.s.draining.Load() {
-		return healthgrpc.HealthCheckResponse_SERVING, true
-	}
-	return healthgrpc.HealthCheckResponse_NOT_SERVING, true
-}
-
-func (h *grpcHealth) Check(_ context.Context, req *healthgrpc.HealthCheckRequest) (*healthgrpc.HealthCheckResponse, error) {
-	st, ok := h.status(req.GetService())
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "unknown service %q", wire.Truncate(req.GetService(), 100))
-	}
-	return &healthgrpc.HealthCheckResponse{Status: st}, nil
-}
-
-// Watch sends the service's status, and again each time it changes (looked at every
-// healthWatchPeriod), until the call ends or the server drains past its delay.
-func (h *grpcHealth) Watch(req *healthgrpc.HealthCheckRequest, st healthgrpc.Health_WatchServer) error {
-	t := time.NewTicker(healthWatchPeriod)
-	defer t.Stop()
-	last := healthgrpc.HealthCheckResponse_ServingStatus(-1)
-	for {
-		cur, _ := h.status(req.GetService())
-		if cur != last {
-			if err := st.Send(&healthgrpc.HealthCheckResponse{Status: cur}); err != nil {
-				return err
-			}
-			last = cur
-		}
-		select {
-		case <-t.C:
-		case <-st.Context().Done():
-			return nil
-		case <-h.s.grpcStop:
-			return status.Error(codes.Unavailable, "the server is shutting down")
-		}
-	}
-}
-
-const healthWatchPeriod = 250 * time.Millisecond
 
 // ModelStatistics answers Triton's statistics extension from the same counters as HTTP's
 // .../stats (Server.Stats): a model version, every version of a model, or every model.
@@ -547,24 +352,11 @@ func (g *grpcService) ModelStatistics(_ context.Context, req *inference.ModelSta
 	ms, err := g.s.Stats(req.GetName(), req.GetVersion())
 	if err != nil {
 		status, _ := g.s.classify(err)
-		return nil, grpcError(status, err.Error())
-	}
-	d := func(v stats.Duration) *inference.StatisticDuration {
-		return &inference.StatisticDuration{Count: v.Count, Ns: v.Ns}
+		return nil, grpcapi.Error(status, err.Error())
 	}
 	resp := &inference.ModelStatisticsResponse{ModelStats: make([]*inference.ModelStatistics, 0, len(ms))}
 	for _, m := range ms {
-		is := m.InferenceStats
-		out := &inference.ModelStatistics{Name: m.Name, Version: m.Version, LastInference: m.LastInference,
-			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount,
-			InferenceStats: &inference.InferStatistics{Success: d(is.Success), Fail: d(is.Fail), Queue: d(is.Queue),
-				ComputeInput: d(is.ComputeInput), ComputeInfer: d(is.ComputeInfer), ComputeOutput: d(is.ComputeOutput),
-				CacheHit: &inference.StatisticDuration{}, CacheMiss: &inference.StatisticDuration{}}}
-		for _, b := range m.BatchStats {
-			out.BatchStats = append(out.BatchStats, &inference.InferBatchStatistics{BatchSize: b.BatchSize,
-				ComputeInput: d(b.ComputeInput), ComputeInfer: d(b.ComputeInfer), ComputeOutput: d(b.ComputeOutput)})
-		}
-		resp.ModelStats = append(resp.ModelStats, out)
+		resp.ModelStats = append(resp.ModelStats, grpcapi.Statistics(m.Name, m.Version, m.Snapshot))
 	}
 	return resp, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/metricset"
 )
 
 // Metrics: static names, closed label sets (model, version, code, reason, stage), counters
@@ -20,70 +21,12 @@ import (
 // turns on); a model's series are registered by newModel and unregistered when the model is
 // closed.
 
-// metricHelp is the # HELP text of each of the gateway's families.
-var metricHelp = map[string]string{
-	"gateway_requests_total":                "Inference requests (/predict, /models/M/predict, /v2/models/M/infer) answered, by model, version and HTTP status; an unknown model or version counts as model _unknown (code 499: the client closed its connection; no response was written).",
-	"gateway_request_success_total":         "Inference requests answered 2xx.",
-	"gateway_request_failures_total":        "Inference requests not answered 2xx, by reason: bad_input, not_found, overloaded, queue_full, shed, draining, unavailable, timeout, canceled, internal. Unavailable: the default model of /predict/ is not loaded.",
-	"gateway_request_duration_seconds":      "Time from the request's headers to its answer.",
-	"gateway_preprocess_duration_seconds":   "Decode, resize and normalize time of one image.",
-	"gateway_queue_wait_seconds":            "Time from submission to the batcher until the sample is taken into a batch.",
-	"gateway_inference_duration_seconds":    "Duration of one ONNX Runtime call (a whole batch).",
-	"gateway_batch_size":                    "Samples per ONNX Runtime call.",
-	"gateway_batches_total":                 "ONNX Runtime calls (execution count).",
-	"gateway_batch_items_total":             "Samples run (inference count); batch_items/batches is the mean batch size.",
-	"gateway_batch_errors_total":            "ONNX Runtime calls that failed.",
-	"gateway_queue_dropped_total":           "Queued samples dropped before running, by reason: canceled, expired, shed, queue_full, closed, queue_time.",
-	"gateway_queue_length":                  "Samples waiting in the model's batcher queue.",
-	"gateway_queue_capacity":                "Capacity of the model's queue (batching.max_queue_size).",
-	"gateway_pending_samples":               "Samples admitted and not yet answered (decoding, queued or running).",
-	"gateway_max_batch_size":                "The model's batching.max_batch_size.",
-	"gateway_adaptive_batch_cap":            "Largest batch the adaptive window currently forms (the most efficient size measured).",
-	"gateway_decode_workers":                "Images decoded at once at most (server.decode_workers).",
-	"gateway_decode_busy":                   "Decode workers in use.",
-	"gateway_decode_waiting":                "Requests waiting for a decode worker.",
-	"gateway_decode_incoming":               "Requests admitted for a decode and still reading their bodies (in line as much as the waiters).",
-	"gateway_decode_wait_predicted_seconds": "The predicted wait for a decode worker of a request admitted now (what batching.queue_target bounds, with the batcher's wait).",
-	"gateway_decode_queue_capacity":         "Requests that may wait for a decode worker (server.decode_queue).",
-	"gateway_inflight_bytes":                "Memory held by requests in flight: bodies, decode buffers, input rows.",
-	"gateway_inflight_bytes_limit":          "The memory budget (server.max_inflight_bytes).",
-	"gateway_inflight_requests":             "Inference requests being handled.",
-	"gateway_refusals_total":                "Requests refused at once, by stage: queue, queue_time, memory, decode_queue, deadline, connections.",
-	"gateway_connections":                   "Open client connections.",
-	"gateway_connections_idle":              "Open client connections waiting for their next request.",
-	"gateway_connections_closed_idle_total": "Idle keep-alive connections closed to admit a new one at server.max_connections.",
-	"gateway_connections_lingering":         "Connections closed after their answer while the client may still be sending (a refused body left unread): the rest is read and dropped, so that the client reads the answer instead of a reset.",
-	"gateway_ready":                         "1 when serving, 0 while the models load and while draining.",
-	"gateway_live":                          "1 when live, 0 while a batch run is hung (it has run longer than its bound, server.watchdog): /v2/health/live answers 503 then.",
-	"gateway_hung_runs_total":               "Batch runs found hung by the watchdog (each counted once, when it crossed its bound).",
-	"gateway_run_age_seconds":               "How long the model's oldest batch run in progress has been running (0: none runs).",
-	"gateway_run_hang_bound_seconds":        "How long a batch run of the model may run before the watchdog counts it hung (server.watchdog: run_multiple x its typical run, within [min_hang, max_run]).",
-	"gateway_reloads_total":                 "Reloads of the repository (SIGHUP, repository.poll, the admin API), by result: ok, or failed (a model failed to load; what was served stays).",
-	"gateway_model_load_failures_total":     "Model versions that failed to load, by model.",
-	"gateway_model_instances":               "ONNX Runtime sessions alive (every instance of every model version loaded or still closing).",
-	"gateway_build_info":                    "The gateway's version (label version), always 1.",
-}
-
-// latencyBuckets are the upper bounds, in seconds, of the latency histograms.
-var latencyBuckets = []float64{0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30}
-
-func batchBuckets(maxSize int) []float64 {
-	var b []float64
-	for n := 1; n < maxSize; n *= 2 {
-		b = append(b, float64(n))
-	}
-	return append(b, float64(maxSize))
-}
-
-// trackedCodes are the statuses counted by name; others count as code="other".
-var trackedCodes = []int{200, 400, 404, 405, 408, 413, 415, 429, 499, 500, 503, 504}
-
 // metricsRegistry holds every series of a server.
 type metricsRegistry struct {
 	set       *metrics.Set
 	mu        sync.Mutex
 	models    map[string]*modelMetrics // by labels
-	unknown   *requestMetrics          // requests for models that do not exist
+	unknown   *metricset.Requests      // requests for models that do not exist
 	refusals  map[string]*metrics.Counter
 	reloads   map[bool]*metrics.Counter // by success
 	instances atomic.Int64              // runners (sessions) of the model generations alive
@@ -96,7 +39,7 @@ func (r *metricsRegistry) loadFailure(name string) {
 
 func newMetricsRegistry() *metricsRegistry {
 	r := &metricsRegistry{set: metrics.NewSet(), refusals: map[string]*metrics.Counter{}, models: map[string]*modelMetrics{}}
-	r.unknown = newRequestMetrics(r.set, `model="_unknown",version=""`)
+	r.unknown = metricset.NewRequests(r.set, `model="_unknown",version=""`, failureReasons)
 	for _, st := range []string{refuseQueue, refuseQueueTime, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
 		r.refusals[st] = r.set.NewCounter(fmt.Sprintf(`gateway_refusals_total{stage=%q}`, st))
 	}
@@ -119,66 +62,7 @@ const (
 )
 
 // write writes every series with # HELP texts for the gateway's families.
-func (r *metricsRegistry) write(w *bytes.Buffer) {
-	var b bytes.Buffer
-	r.set.WritePrometheus(&b)
-	// VictoriaMetrics writes "# HELP name" without text: add ours.
-	for line := range bytes.Lines(b.Bytes()) {
-		if name, ok := bytes.CutPrefix(line, []byte("# HELP ")); ok {
-			name = bytes.TrimSpace(name)
-			if h, ok := metricHelp[string(name)]; ok {
-				w.WriteString("# HELP ")
-				w.Write(name)
-				w.WriteByte(' ')
-				w.WriteString(h)
-				w.WriteByte('\n')
-				continue
-			}
-		}
-		w.Write(line)
-	}
-}
-
-// requestMetrics counts one model version's requests by status code and by outcome.
-type requestMetrics struct {
-	labels   string
-	byCode   map[int]*metrics.Counter
-	other    *metrics.Counter
-	success  *metrics.Counter
-	failures map[string]*metrics.Counter
-	duration *metrics.PrometheusHistogram
-}
-
-func newRequestMetrics(set *metrics.Set, labels string) *requestMetrics {
-	rm := &requestMetrics{labels: labels, byCode: map[int]*metrics.Counter{}, failures: map[string]*metrics.Counter{}}
-	for _, c := range trackedCodes {
-		rm.byCode[c] = set.NewCounter(fmt.Sprintf(`gateway_requests_total{%s,code="%d"}`, labels, c))
-	}
-	rm.other = set.NewCounter(fmt.Sprintf(`gateway_requests_total{%s,code="other"}`, labels))
-	rm.success = set.NewCounter(fmt.Sprintf(`gateway_request_success_total{%s}`, labels))
-	for _, r := range failureReasons {
-		rm.failures[r] = set.NewCounter(fmt.Sprintf(`gateway_request_failures_total{%s,reason=%q}`, labels, r))
-	}
-	rm.duration = set.NewPrometheusHistogramExt(fmt.Sprintf(`gateway_request_duration_seconds{%s}`, labels), latencyBuckets)
-	return rm
-}
-
-// observe counts one answered request: its status and, when it failed, its reason.
-func (rm *requestMetrics) observe(status int, reason string, d time.Duration) {
-	if c := rm.byCode[status]; c != nil {
-		c.Inc()
-	} else {
-		rm.other.Inc()
-	}
-	rm.duration.Update(d.Seconds())
-	if status < 400 {
-		rm.success.Inc()
-		return
-	}
-	if c := rm.failures[reason]; c != nil {
-		c.Inc()
-	}
-}
+func (r *metricsRegistry) write(w *bytes.Buffer) { metricset.Write(r.set, w) }
 
 // modelMetrics are one model version's series. Successive generations of a version (a
 // reload replaces a changed model file) share them; the gauges read the generation serving.
@@ -187,7 +71,7 @@ type modelMetrics struct {
 	gens        int                   // generations alive (under metricsRegistry.mu)
 	cur         atomic.Pointer[model] // the generation serving, for the gauges
 	names       []string              // every series registered, to unregister them
-	req         *requestMetrics
+	req         *metricset.Requests
 	preprocess  *metrics.PrometheusHistogram
 	queueWait   *metrics.PrometheusHistogram
 	inference   *metrics.PrometheusHistogram
@@ -213,11 +97,11 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	r.models[labels] = mm
 	set := r.set
 	l := "{" + labels + "}"
-	mm.req = newRequestMetrics(set, labels)
-	mm.preprocess = set.NewPrometheusHistogramExt("gateway_preprocess_duration_seconds"+l, latencyBuckets)
-	mm.queueWait = set.NewPrometheusHistogramExt("gateway_queue_wait_seconds"+l, latencyBuckets)
-	mm.inference = set.NewPrometheusHistogramExt("gateway_inference_duration_seconds"+l, latencyBuckets)
-	mm.batchSize = set.NewPrometheusHistogramExt("gateway_batch_size"+l, batchBuckets(4096))
+	mm.req = metricset.NewRequests(set, labels, failureReasons)
+	mm.preprocess = set.NewPrometheusHistogramExt("gateway_preprocess_duration_seconds"+l, metricset.LatencyBuckets)
+	mm.queueWait = set.NewPrometheusHistogramExt("gateway_queue_wait_seconds"+l, metricset.LatencyBuckets)
+	mm.inference = set.NewPrometheusHistogramExt("gateway_inference_duration_seconds"+l, metricset.LatencyBuckets)
+	mm.batchSize = set.NewPrometheusHistogramExt("gateway_batch_size"+l, metricset.BatchBuckets(4096))
 	mm.batches = set.NewCounter("gateway_batches_total" + l)
 	mm.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	mm.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
@@ -238,8 +122,8 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	gauge("gateway_pending_samples", func(m *model) float64 { return float64(m.pending.Load()) })
 	gauge("gateway_max_batch_size", func(m *model) float64 { return float64(m.maxBatch) })
 	gauge("gateway_adaptive_batch_cap", func(m *model) float64 { return float64(m.impl.adaptiveCap()) })
-	gauge("gateway_run_age_seconds", func(m *model) float64 { _, age := m.watch.oldest(time.Now()); return age.Seconds() })
-	gauge("gateway_run_hang_bound_seconds", func(m *model) float64 { return m.dog.bound(m).Seconds() })
+	gauge("gateway_run_age_seconds", func(m *model) float64 { _, age := m.watch.Oldest(time.Now()); return age.Seconds() })
+	gauge("gateway_run_hang_bound_seconds", func(m *model) float64 { return m.dog.Bound(&m.watch).Seconds() })
 	// The names just added: every name holding this model's labels.
 	for _, n := range r.set.ListMetricNames() {
 		if strings.Contains(n, l[:len(l)-1]) {

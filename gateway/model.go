@@ -15,6 +15,7 @@ import (
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/stats"
+	"github.com/imagegate/imagegate/gateway/internal/watchdog"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -56,10 +57,10 @@ type model struct {
 	release func()
 	// fingerprint identifies what the model was built from (see ModelSpec).
 	fingerprint string
-	tracer      trace.Tracer // nil: not traced
-	spanName    string       // its requests' server spans
-	watch       runWatch     // its runs in progress, for the liveness watchdog
-	dog         *watchdog
+	tracer      trace.Tracer  // nil: not traced
+	spanName    string        // its requests' server spans
+	watch       watchdog.Runs // its runs in progress, for the liveness watchdog
+	dog         *watchdog.Dog
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -149,7 +150,8 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	m.met = met.model(m)
 	m.stats = stats.New(m.maxBatch)
 	met.instances.Add(int64(m.instances))
-	s.dog.add(m)
+	m.watch.Model, m.watch.Version, m.watch.OnHung = m.name, m.version, m.met.hungRuns.Inc
+	s.dog.Add(&m.watch)
 	return m, nil
 }
 
@@ -220,7 +222,7 @@ func (m *model) doClose(ctx context.Context, met *metricsRegistry) error {
 	}
 	err := m.impl.close(ctx)
 	if err == nil {
-		m.dog.remove(m) // no run is left (one that outlived a timed-out close stays watched)
+		m.dog.Remove(&m.watch) // no run is left (one that outlived a timed-out close stays watched)
 	}
 	if err == nil && m.release != nil {
 		// A batch may still run after a close that timed out: the runners are then left
@@ -273,7 +275,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 			m.pre.SlotLen(), r0.RowLen())
 	}
 	m.classes, m.rowLen, m.instances = r0.Classes(), r0.RowLen(), len(runners)
-	m.watch.since = make([]atomic.Int64, len(runners))
+	m.watch.Init(len(runners))
 	t := &typedModel[T]{m: m, threads: threads, runners: runners}
 	t.jobs.New = func() any { return &job[T]{row: make([]T, m.rowLen), scores: make([]float32, m.classes)} }
 	if _, ok := any(*new(T)).(uint8); ok {
@@ -323,7 +325,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err error) {
 	start := time.Now()
 	var filled, inferred time.Time // the input tensor filled; the model run
-	t.m.watch.begin(instance, start)
+	t.m.watch.Begin(instance, start)
 	var span trace.Span
 	if tr := t.m.tracer; tr != nil {
 		span = batchSpan(tr, t.m, instance, len(jobs), start, func(yield func(trace.SpanContext) bool) {
@@ -336,7 +338,7 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 	}
 	defer func() {
 		end := time.Now()
-		t.m.watch.end(instance, end.Sub(start), err == nil)
+		t.m.watch.End(instance, end.Sub(start), err == nil)
 		var bsc trace.SpanContext
 		if span != nil {
 			endBatchSpan(span, end, err)
@@ -404,9 +406,9 @@ func (t *typedModel[T]) warm() error {
 		// The watchdog watches warm-up runs too (bounded by server.watchdog.max_run: the
 		// model has no typical run time yet), and takes their time as the first typical one.
 		start := time.Now()
-		t.m.watch.begin(i, start)
+		t.m.watch.Begin(i, start)
 		_, err := r.Run(t.m.maxBatch)
-		t.m.watch.end(i, time.Since(start), err == nil)
+		t.m.watch.End(i, time.Since(start), err == nil)
 		if err != nil {
 			return fmt.Errorf("instance %d: %w", i, err)
 		}

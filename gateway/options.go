@@ -95,7 +95,7 @@ func (o *Options) validate() error {
 	if o.AccessSample < 0 || o.AccessSample > 1 {
 		errs = append(errs, fmt.Errorf("AccessSample must be in [0, 1], got %v", o.AccessSample))
 	}
-	if err := o.Watchdog.withDefaults().validate(); err != nil {
+	if err := o.Watchdog.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxBodyBytes > o.MaxInflightBytes {

@@ -191,7 +191,7 @@ func (s *Server) infer(r *request) {
 	if reason != reasonCanceled {
 		r.t.annotate(r)
 	}
-	m.met.req.observe(status, reason, r.meta.stages.total)
+	m.met.req.Observe(status, reason, r.meta.stages.total)
 	s.endSpan(r, status, reason)
 	s.logRequest(r, status, reason)
 }

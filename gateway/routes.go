@@ -75,7 +75,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 		defer m.done()
 		if !ctx.IsPost() {
-			m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+			m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
 			s.methodNotAllowed(ctx, "POST")
 			return
 		}
@@ -91,7 +91,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		switch tail {
 		case "predict", "predict/":
 			if !ctx.IsPost() {
-				m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+				m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
 				s.methodNotAllowed(ctx, "POST")
 				return
 			}
@@ -191,7 +191,7 @@ func (s *Server) noModel(ctx *fasthttp.RequestCtx) int {
 	if s.draining.Load() {
 		reason = reasonDraining
 	}
-	s.met.unknown.observe(fasthttp.StatusServiceUnavailable, reason, 0)
+	s.met.unknown.Observe(fasthttp.StatusServiceUnavailable, reason, 0)
 	ctx.Response.Header.Set("Retry-After", s.retryAfter)
 	msg := "no model is being served (the server is starting or draining)"
 	if name := s.models.Load().first; name != "" && !s.draining.Load() {
@@ -212,7 +212,7 @@ func (s *Server) lookupFailed(ctx *fasthttp.RequestCtx, err error, inference boo
 func (s *Server) lookupAnswer(ctx *fasthttp.RequestCtx, err error, inference bool) int {
 	status, reason := s.classify(err)
 	if inference {
-		s.met.unknown.observe(status, reason, 0)
+		s.met.unknown.Observe(status, reason, 0)
 	}
 	if retryable(reason) {
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)

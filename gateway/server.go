@@ -21,6 +21,7 @@ import (
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
+	"github.com/imagegate/imagegate/gateway/internal/watchdog"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
@@ -65,10 +66,10 @@ type Server struct {
 	abort    context.Context // every request's context derives from it
 	abortFn  context.CancelCauseFunc
 
-	ids    *requestIDs  // request IDs of requests that bring none
-	tracer trace.Tracer // nil: no tracing
-	access *accessLog   // nil: no access log
-	dog    *watchdog    // liveness
+	ids    *requestIDs   // request IDs of requests that bring none
+	tracer trace.Tracer  // nil: no tracing
+	access *accessLog    // nil: no access log
+	dog    *watchdog.Dog // liveness
 
 	inflight   atomic.Int64 // inference requests in the pipeline
 	closing    atomic.Bool  // Shutdown is closing the models: a reload installs nothing more
@@ -105,7 +106,7 @@ func New(opts Options, repo Repository) (*Server, error) {
 		ids:        newRequestIDs(),
 		grpcStop:   make(chan struct{}),
 	}
-	s.dog = newWatchdog(s, opts.Watchdog.withDefaults())
+	s.dog = watchdog.New(opts.Watchdog.WithDefaults(), opts.Log)
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(tracerName)
 	}
@@ -260,7 +261,7 @@ func (s *Server) registerServerMetrics() {
 	set.NewGauge("gateway_connections_idle", func() float64 { return float64(s.conns.Idle()) })
 	set.NewGauge("gateway_connections_lingering", func() float64 { return float64(s.conns.Lingering()) })
 	set.NewGauge("gateway_live", func() float64 {
-		if s.dog.live.Load() {
+		if live, _ := s.dog.Live(); live {
 			return 1
 		}
 		return 0

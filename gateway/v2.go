@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/gateway/internal/modeldesc"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -157,7 +158,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		s.modelConfig(ctx, m, tensorOnly)
 	case "infer":
 		if !ctx.IsPost() {
-			m.met.req.observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+			m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
 			s.methodNotAllowed(ctx, "POST")
 			return
 		}
@@ -168,63 +169,27 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 }
 
 func (s *Server) modelMetadata(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool) {
-	versions := s.versions(m.name)
-	input := map[string]any{"name": m.inputName, "datatype": "BYTES", "shape": []int64{-1},
-		"parameters": map[string]any{
-			"content":         "encoded image: JPEG, PNG, WebP, GIF (first frame), BMP or TIFF",
-			"json_encoding":   "base64 string per image (a data: URL prefix is accepted)",
-			"binary_encoding": "the image's raw bytes",
-			"tensor_model":    m.name + tensorSuffix,
-		}}
-	name := m.name
-	if tensorOnly {
-		name += tensorSuffix
-		input = map[string]any{"name": m.inputName, "datatype": m.datatype, "shape": append([]int64{-1}, m.shape...)}
-	}
-	s.writeJSON(ctx, 200, map[string]any{
-		"name":     name,
-		"versions": versions,
-		"platform": "onnxruntime_onnx",
-		"inputs":   []any{input},
-		"outputs":  []any{map[string]any{"name": m.outputName, "datatype": "FP32", "shape": []int64{-1, int64(m.classes)}}},
-	})
+	d := describe(m, tensorOnly)
+	d.Versions = s.versions(m.name)
+	s.writeJSON(ctx, 200, modeldesc.JSONMetadata(d))
 }
 
-// modelConfig answers Triton's model configuration extension (GET .../config), which its
-// tools read before they send anything (perf_analyzer stops without it; Triton's image
-// client takes max_batch_size from it). Dimensions are per sample, as in Triton's
-// configuration: the image interface takes one encoded image per sample (shape [n] or
-// [n, 1]), the tensor interface the model's input. max_batch_size is what one request may
-// carry (batching.max_batch_size times runtime.instances).
+// modelConfig answers Triton's model configuration extension (GET .../config).
 func (s *Server) modelConfig(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool) {
-	name := m.name
-	input := map[string]any{"name": m.inputName, "data_type": "TYPE_STRING", "format": "FORMAT_NONE", "dims": []int64{1}}
+	s.writeJSON(ctx, 200, modeldesc.JSONConfig(describe(m, tensorOnly)))
+}
+
+// describe is m as its metadata and configuration describe it, under the name of the
+// interface asked for (NAME or NAME.tensor); without the versions served.
+func describe(m *model, tensorOnly bool) modeldesc.Model {
+	d := modeldesc.Model{Name: m.name, TensorOnly: tensorOnly, TensorName: m.name + tensorSuffix,
+		Input: m.inputName, Output: m.outputName, Datatype: m.datatype, Shape: m.shape,
+		NHWC: m.pre.Options().Layout == preprocess.NHWC, Classes: m.classes,
+		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters}
 	if tensorOnly {
-		name += tensorSuffix
-		format := "FORMAT_NCHW"
-		if m.pre.Options().Layout == preprocess.NHWC {
-			format = "FORMAT_NHWC"
-		}
-		dt := "TYPE_FP32"
-		if m.datatype == "UINT8" {
-			dt = "TYPE_UINT8"
-		}
-		input = map[string]any{"name": m.inputName, "data_type": dt, "format": format, "dims": m.shape}
+		d.Name = d.TensorName
 	}
-	params := make(map[string]any, len(m.parameters))
-	for k, v := range m.parameters {
-		params[k] = map[string]string{"string_value": v} // Triton's ModelParameter
-	}
-	s.writeJSON(ctx, 200, map[string]any{
-		"name":             name,
-		"platform":         "onnxruntime_onnx",
-		"backend":          "onnxruntime",
-		"max_batch_size":   m.maxBatch * m.instances,
-		"input":            []any{input},
-		"output":           []any{map[string]any{"name": m.outputName, "data_type": "TYPE_FP32", "dims": []int64{int64(m.classes)}}},
-		"dynamic_batching": map[string]any{},
-		"parameters":       params,
-	})
+	return d
 }
 
 // writeJSON writes v as the JSON body with status.

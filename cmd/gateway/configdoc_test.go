@@ -412,9 +412,11 @@ func renderConfigDoc() ([]byte, error) {
 	}
 
 	w("\n## In a container\n\n")
-	w("The image sets `%s=0.0.0.0:8080`, so the gateway listens on every interface whatever\n", listenEnv)
-	w("configuration it is given; `-listen` still overrides it. To serve a model of your own:\n\n")
-	w("```sh\ndocker run --rm -p 8080:8080 -v $PWD/models:/models ghcr.io/imagegate/imagegate:VERSION -model /models/x.onnx\n")
+	w("The image sets `%s=0.0.0.0:8080` and `%s=0.0.0.0:8001`, so the gateway\n", listenEnv, grpcListenEnv)
+	w("listens on every interface whatever configuration it is given, HTTP on 8080 and gRPC on 8001;\n")
+	w("`-listen` and `-grpc-listen` still override them (a flag wins over the variable, the variable\n")
+	w("over `server.listen` and `server.grpc_listen`). To serve a model of your own:\n\n")
+	w("```sh\ndocker run --rm -p 8080:8080 -p 8001:8001 -v $PWD/models:/models ghcr.io/imagegate/imagegate:VERSION -model /models/x.onnx\n")
 	w("docker run --rm -p 8080:8080 -v $PWD/my.yaml:/etc/imagegate.yaml ghcr.io/imagegate/imagegate:VERSION -config /etc/imagegate.yaml\n```\n")
 	return []byte(b.String()), nil
 }

@@ -1,0 +1,57 @@
+package grpcapi
+
+import (
+	"math"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/imagegate/imagegate/api/inference"
+)
+
+// statusClientClosed is the pipeline's status for a request whose client left (nginx's 499).
+const statusClientClosed = 499
+
+// Code maps the pipeline's status (its classification, in HTTP's vocabulary) to a gRPC code.
+// Every refusal of an overloaded or draining server is UNAVAILABLE, whatever
+// server.queue_full_status says: it is the code gRPC clients and their retry policies treat as
+// transient (and the one Triton answers a full queue with). RESOURCE_EXHAUSTED is kept for a
+// request too large for the server's bounds (as grpc-go answers a message over its size
+// limit): retrying it does not help.
+func Code(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
+		return codes.InvalidArgument
+	case http.StatusRequestEntityTooLarge:
+		return codes.ResourceExhausted
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		return codes.NotFound
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return codes.Unavailable
+	case statusClientClosed:
+		return codes.Canceled
+	}
+	return codes.Internal
+}
+
+// Error is a status error with httpStatus's code (Code) and msg.
+func Error(httpStatus int, msg string) error {
+	return status.Error(Code(httpStatus), msg)
+}
+
+// ParamInt reads an integer parameter (int64_param or uint64_param).
+func ParamInt(p *inference.InferParameter) (int64, bool) {
+	switch v := p.GetParameterChoice().(type) {
+	case *inference.InferParameter_Int64Param:
+		return v.Int64Param, true
+	case *inference.InferParameter_Uint64Param:
+		if v.Uint64Param > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(v.Uint64Param), true
+	}
+	return 0, false
+}
