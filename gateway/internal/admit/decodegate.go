@@ -54,7 +54,7 @@ type DecodeGate struct {
 	heavyWait  int          // heavy waiters
 	waiting    atomic.Int32 // n, readable without mu
 	incoming   incoming     // requests admitted on a prediction, not yet at the gate (Admitted)
-	over       overTarget   // Predict: whether the line stands over its target (OverTarget)
+	over       Stand        // Predict: whether the decode line stands over its target
 	discipline Discipline
 	aboveSince time.Time // CoDel: since when every waiter dispatched had waited over its target
 	standing   bool      // CoDel: the queue stands; serve newest first, shed the old
@@ -218,7 +218,7 @@ func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, target tim
 		g.mu.Unlock()
 		return ErrShed
 	}
-	if target > 0 && g.discipline == Predict && g.over.check(wait, target, g.q.Len()+g.incoming.count(now), now) {
+	if target > 0 && g.discipline == Predict && g.over.Check(wait, target, g.q.Len()+g.incoming.count(now), now) {
 		g.queueTime++
 		g.mu.Unlock()
 		return ErrQueueTime
@@ -346,44 +346,38 @@ func (g *DecodeGate) dispatch() {
 // overdue reports whether w has waited past its target and is to be shed: under CoDel, once
 // the queue stands; never under Predict. g.mu held.
 func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
-	if w.target <= 0 {
+	// Predict refuses on arrival only: a waiter admitted in a burst (before the line stood
+	// for standInterval) is served late rather than refused late, after its wait.
+	if w.target <= 0 || g.discipline != CoDel || !g.standing {
 		return false
 	}
-	waited := now.Sub(w.Enqueued())
 	if g.q.Len()+g.incoming.count(now) <= QueueFloor {
 		return false
 	}
-	if g.discipline == CoDel {
-		return g.standing && waited > w.target
-	}
-	// Predict refuses on arrival only: a waiter admitted in a burst (before the line stood
-	// for standInterval) is served late rather than refused late, after its wait.
-	return false
+	return now.Sub(w.Enqueued()) > w.target
 }
 
-// OverTarget reports whether a request predicted to wait wait, with line requests in line,
-// is refused for its target under Predict: once the line has stood over the target (at least
-// QueueFloor in line, the predicted wait over the target) for standInterval, and until the
-// predicted wait falls under half the target or the line under half the floor (where it
-// stands, refusals hold it at the floor: ending there would let the next standInterval of
-// arrivals in). A burst that passes within standInterval is queued (a good queue); a
-// standing one is refused, and so is a line of twice the floor at once.
-func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.Time) bool {
-	return g.over.check(wait, target, line, now)
+// Stand is whether a line stands over its queue target, for Predict: a request predicted to
+// wait wait, with line requests in line, is refused (Check) once the line has stood over the
+// target (at least QueueFloor in line, the predicted wait over the target) for standInterval,
+// and until the predicted wait falls under half the target or the line under half the floor
+// (where it stands, refusals hold it at the floor: ending there would let the next
+// standInterval of arrivals in). A burst that passes within standInterval is queued (a good
+// queue); a standing one is refused, and so is a line of twice the floor at once. One Stand
+// is fed one line's measure (its wait and length computed one way), or its state mixes lines.
+// It is safe for concurrent use.
+type Stand struct {
+	mu    sync.Mutex
+	since time.Time // since when every check was over the target (zero: the last was not)
+	stand bool
 }
 
 // standInterval is how long the line must stand over its target before requests are refused
 // for it (CoDel's interval: longer than a burst of Poisson arrivals at 0.8 of capacity).
 const standInterval = 100 * time.Millisecond
 
-// overTarget is OverTarget's state. It is safe for concurrent use.
-type overTarget struct {
-	mu    sync.Mutex
-	since time.Time // since when every check was over the target (zero: the last was not)
-	stand bool
-}
-
-func (o *overTarget) check(wait, target time.Duration, line int, now time.Time) bool {
+// Check records a request's arrival at now and reports whether it is refused.
+func (o *Stand) Check(wait, target time.Duration, line int, now time.Time) bool {
 	over := wait > target && line >= QueueFloor
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -404,7 +398,16 @@ func (o *overTarget) check(wait, target time.Duration, line int, now time.Time) 
 	return o.stand
 }
 
-func (o *overTarget) standing() bool {
+// Would reports whether Check would refuse such a request, without recording it: for a
+// refusal ahead of the request's own admission (gRPC's, before its message is read).
+func (o *Stand) Would(wait, target time.Duration, line int) bool {
+	if wait <= target || line < QueueFloor {
+		return false
+	}
+	return line >= 2*QueueFloor || o.standing()
+}
+
+func (o *Stand) standing() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.stand

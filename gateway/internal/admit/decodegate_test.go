@@ -280,17 +280,18 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 		for _, tk := range tickets {
 			g.Arrived(tk) // late: nothing to take back
 		}
-		if g.OverTarget(g.QueueWait(), target, g.Line(), time.Now()) || g.over.standing() {
+		if g.over.Check(g.QueueWait(), target, g.Line(), time.Now()) || g.over.standing() {
 			t.Fatal("the line still stands once it is short")
 		}
 	})
 }
 
-// TestOverTarget: a line over its target for less than standInterval is not refused; one
-// over it for standInterval is, until its predicted wait falls under half the target or the
-// line under half the floor (between them requests are admitted, the line still standing).
-func TestOverTarget(t *testing.T) {
-	g := NewDecodeGate(1, 1, NewBudget(1))
+// TestStand: a line over its target for less than standInterval is not refused; one over it
+// for standInterval is, until its predicted wait falls under half the target or the line under
+// half the floor (between them requests are admitted, the line still standing). Would answers
+// as Check does without moving the state.
+func TestStand(t *testing.T) {
+	var g Stand
 	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, QueueFloor
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	for _, c := range []struct {
@@ -318,8 +319,18 @@ func TestOverTarget(t *testing.T) {
 		{460 * time.Millisecond, 200 * time.Millisecond, long, false},    // over, anew
 		{470 * time.Millisecond, 200 * time.Millisecond, 2 * long, true}, // twice the floor: at once
 	} {
-		if got := g.OverTarget(c.wait, target, c.line, at(c.at)); got != c.want {
+		standing := g.standing()
+		would := g.Would(c.wait, target, c.line)
+		if g.standing() != standing {
+			t.Fatalf("at %v: Would moved the state", c.at)
+		}
+		got := g.Check(c.wait, target, c.line, at(c.at))
+		if got != c.want {
 			t.Fatalf("at %v, wait %v, line %d: %v, want %v", c.at, c.wait, c.line, got, c.want)
+		}
+		if standing == g.standing() && would != got {
+			// where Check does not change whether the line stands, Would tells its answer
+			t.Fatalf("at %v: Would %v, Check %v", c.at, would, got)
 		}
 	}
 }
