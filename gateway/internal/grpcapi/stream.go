@@ -88,7 +88,18 @@ loop:
 			}
 			break loop
 		case <-stop:
-			err = status.Error(codes.Unavailable, "gateway: draining: the server is shutting down; the stream's requests sent so far are answered, open a new stream to another server")
+			err = status.Error(codes.Unavailable, "gateway: draining: the server is shutting down; the stream's requests it read are answered, open a new stream to another server")
+			// A request read before the stop and not yet handed over is answered too.
+			select {
+			case req := <-reqs:
+				select {
+				case sem <- struct{}{}:
+					wg.Add(1)
+					go answer(req)
+				case <-ctx.Done():
+				}
+			default:
+			}
 			break loop
 		case <-ctx.Done():
 			break loop
