@@ -71,12 +71,13 @@ func (s *Server) newGRPCServer() *grpc.Server {
 // (receiving and decoding a photo's message is most of what a refusal costs). The checks are
 // admit's, over every model since the message names its model; the request is refused again
 // by admit if it passes here and its model cannot take it. It runs under the connection's
-// lock: it only reads counters.
+// lock: it reads counters and predictions and records nothing of the queue target's state.
 func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName != grpcModelInfer {
 		return ctx, nil
 	}
 	if s.aborted.Load() {
+		s.met.unknown.Observe(http.StatusServiceUnavailable, reasonDraining, 0)
 		return ctx, status.Error(codes.Unavailable, "gateway: draining: the server is shutting down")
 	}
 	t := s.models.Load()
@@ -94,7 +95,7 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 			if m.pending.Load() < m.queueCap {
 				queued = false
 			}
-			if _, over := s.overQueueTarget(m, 0, true, now); !over {
+			if _, over := s.overQueueTarget(m, 0, true, false, now); !over {
 				timed = false
 			}
 			pred, _ := m.impl.predict(0)
@@ -127,17 +128,29 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 		stage, reason, msg = refuseDeadline, reasonShed, "gateway: would miss its deadline: no model is predicted to answer before the call's deadline"
 	default:
 		s.grpcCalls.Add(1)
-		context.AfterFunc(ctx, func() { s.grpcCalls.Add(-1) }) // the call's context ends with it
-		return ctx, nil
+		// A call whose message has not arrived within server.read_timeout is cancelled, as
+		// HTTP's read timeout ends a body that does not come: a stalled call would hold its
+		// place in the bound above forever. ModelInfer stops the timer once the message is read.
+		ctx, cancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(s.opts.ReadTimeout, cancel)
+		context.AfterFunc(ctx, func() { timer.Stop(); s.grpcCalls.Add(-1) }) // the call's context ends with it
+		return context.WithValue(ctx, readTimerKey{}, timer), nil
 	}
 	s.met.refusals[stage].Inc()
+	code := http.StatusServiceUnavailable
+	if reason == reasonQueueFull {
+		code = s.opts.QueueFullStatus // as classify counts it
+	}
 	if only != nil {
-		only.met.req.Observe(http.StatusServiceUnavailable, reason, 0)
+		only.met.req.Observe(code, reason, 0)
 	} else {
-		s.met.unknown.Observe(http.StatusServiceUnavailable, reason, 0)
+		s.met.unknown.Observe(code, reason, 0)
 	}
 	return ctx, status.Error(codes.Unavailable, msg)
 }
+
+// readTimerKey keys a ModelInfer call's read timer in its context (grpcTap).
+type readTimerKey struct{}
 
 // grpcModelInfer is ModelInfer's full method name.
 const grpcModelInfer = "/inference.GRPCInferenceService/ModelInfer"
@@ -166,11 +179,12 @@ func (s *Server) waitGRPC(wait time.Duration) {
 	s.lnMu.Lock()
 	gs := s.grpcs
 	s.lnMu.Unlock()
-	end := time.After(wait)
+	end, cancel := context.WithTimeout(context.Background(), wait) // stays done for every server
+	defer cancel()
 	for _, g := range gs {
 		select {
 		case <-g.stopped:
-		case <-end:
+		case <-end.Done():
 			g.srv.Stop()
 		}
 	}
@@ -248,6 +262,9 @@ func (g *grpcService) ModelConfig(_ context.Context, req *inference.ModelConfigR
 }
 
 func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	if t, ok := ctx.Value(readTimerKey{}).(*time.Timer); ok {
+		t.Stop() // the message is read (grpcTap)
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	return g.s.grpcInfer(ctx, req, md, false)
 }

@@ -535,3 +535,35 @@ func TestGRPCTruncatedFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCStalledCallsTimeOut: ModelInfer calls that send their headers and never their
+// message are cancelled after server.read_timeout, so that they do not hold the calls' bound
+// (what the queues can hold) and shut every other client out.
+func TestGRPCStalledCallsTimeOut(t *testing.T) {
+	o := testOptions()
+	o.ReadTimeout = 300 * time.Millisecond
+	ts, c, cc := newGRPCServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	nc, err := net.Dial("tcp", cc.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write([]byte(http2.ClientPreface))
+	fr := http2.NewFramer(nc, nc)
+	fr.WriteSettings()
+	const stalled = 20
+	for i := range stalled {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/inference.GRPCInferenceService/ModelInfer"},
+			{":authority", "gw"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: hb.Bytes(), EndHeaders: true})
+	}
+	waitUntil(t, func() bool { return ts.s.grpcCalls.Load() == stalled })
+	waitUntil(t, func() bool { return ts.s.grpcCalls.Load() == 0 }) // the read timeout ended them
+	if _, err := c.ModelInfer(t.Context(), imageRequest("m", solidPNG(t, 8, 8, 60))); err != nil {
+		t.Fatalf("after stalled calls: %v", err)
+	}
+}

@@ -36,7 +36,7 @@ func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerI
 		// client pings while idle when its keepalive is set); more often is a GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// A connection idle for server.idle_timeout is closed (GOAWAY first), as HTTP's.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}), // pings find dead peers
 		grpc.ConnectionTimeout(handshake),
 		grpc.SharedWriteBuffer(true),
 		grpc.InTapHandle(tap),

@@ -10,7 +10,7 @@ import (
 
 // help is the # HELP text of each of the gateway's families.
 var help = map[string]string{
-	"gateway_requests_total":                "Inference requests (/predict, /models/M/predict, /v2/models/M/infer) answered, by model, version and HTTP status; an unknown model or version counts as model _unknown (code 499: the client closed its connection; no response was written).",
+	"gateway_requests_total":                "Inference requests (/predict, /models/M/predict, /v2/models/M/infer, gRPC ModelInfer and each request of ModelStreamInfer) answered, by model, version and HTTP status (a gRPC answer counted as the HTTP status of its outcome); an unknown model or version counts as model _unknown (code 499: the client closed its connection; no response was written).",
 	"gateway_request_success_total":         "Inference requests answered 2xx.",
 	"gateway_request_failures_total":        "Inference requests not answered 2xx, by reason: bad_input, not_found, overloaded, queue_full, shed, draining, unavailable, timeout, canceled, internal. Unavailable: the default model of /predict/ is not loaded.",
 	"gateway_request_duration_seconds":      "Time from the request's headers to its answer.",
