@@ -405,14 +405,13 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 	}
 	copy(po.Mean[:], m.Preprocess.Mean)
 	copy(po.Std[:], m.Preprocess.Std)
-	// batching.queue_target is admission's (gateway: refused on the request's headers); the
-	// batcher's own QueueTarget would refuse after the image's upload and decode.
 	bc := batcher.Config{
 		MaxBatchSize:        m.Batching.MaxBatchSize,
 		MaxQueueDelay:       m.Batching.MaxQueueDelay.D(),
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
 		Priorities:          m.Batching.Priorities,
+		QueueTarget:         m.Batching.QueueTarget.D(),
 	}
 	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}
