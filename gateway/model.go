@@ -44,10 +44,7 @@ type model struct {
 	// queueTarget bounds the time a request may wait in line, for a decode worker and in the
 	// batcher (batching.queue_target; 0: no bound but its deadline).
 	queueTarget time.Duration
-	// stand is whether the model's line stands over queueTarget, one per kind of request
-	// (index 1: requests whose images wait for a decode worker too), each fed one measure.
-	stand   [2]admit.Stand
-	pending atomic.Int64 // samples admitted and not yet answered
+	pending     atomic.Int64 // samples admitted and not yet answered
 	// refs counts the requests holding the model, times 2; its low bit is set once the model
 	// is closing: no acquire succeeds then, and the release that brings the count to zero
 	// closes idle.

@@ -334,16 +334,14 @@ func (s *Server) overQueueTarget(m *model, priority int, decodes, record bool, n
 	}
 	wait, _ := m.impl.predictWait(priority)
 	line := int(m.pending.Load())
-	st := &m.stand[0]
 	if decodes {
 		wait += s.gate.QueueWait()
 		line = max(line, s.gate.Line())
-		st = &m.stand[1]
 	}
 	if !record {
-		return wait, st.Would(wait, m.queueTarget, line)
+		return wait, s.gate.WouldOverTarget(wait, m.queueTarget, line)
 	}
-	return wait, st.Check(wait, m.queueTarget, line, now)
+	return wait, s.gate.OverTarget(wait, m.queueTarget, line, now)
 }
 
 // leftIncoming takes the request out of the decode gate's incoming count (it reached the gate

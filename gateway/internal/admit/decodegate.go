@@ -363,13 +363,24 @@ func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
 // and until the predicted wait falls under half the target or the line under half the floor
 // (where it stands, refusals hold it at the floor: ending there would let the next
 // standInterval of arrivals in). A burst that passes within standInterval is queued (a good
-// queue); a standing one is refused, and so is a line of twice the floor at once. One Stand
-// is fed one line's measure (its wait and length computed one way), or its state mixes lines.
-// It is safe for concurrent use.
+// queue); a standing one is refused, and so is a line of twice the floor at once. It is safe
+// for concurrent use.
 type Stand struct {
 	mu    sync.Mutex
 	since time.Time // since when every check was over the target (zero: the last was not)
 	stand bool
+}
+
+// OverTarget is the gate's Stand.Check: one state for every line admission measures (the
+// decode queue's, and each model's with its batcher), so that a line standing anywhere makes
+// admission refuse what would wait past its target everywhere.
+func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.Time) bool {
+	return g.over.Check(wait, target, line, now)
+}
+
+// WouldOverTarget is the gate's Stand.Would: OverTarget's answer, nothing recorded.
+func (g *DecodeGate) WouldOverTarget(wait, target time.Duration, line int) bool {
+	return g.over.Would(wait, target, line)
 }
 
 // standInterval is how long the line must stand over its target before requests are refused
