@@ -71,7 +71,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 // (receiving and decoding a photo's message is most of what a refusal costs). The checks are
 // admit's, over every model since the message names its model; the request is refused again
 // by admit if it passes here and its model cannot take it. It runs under the connection's
-// lock: it reads counters and predictions and records nothing of the queue target's state.
+// lock: it reads counters and predictions, and records the call's arrival in whether the
+// line stands over its queue target (a call refused here is one the line would have held).
 func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName != grpcModelInfer {
 		return ctx, nil
@@ -95,7 +96,7 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 			if m.pending.Load() < m.queueCap {
 				queued = false
 			}
-			if _, over := s.overQueueTarget(m, 0, true, false, now); !over {
+			if _, over := s.overQueueTarget(m, 0, true, now); !over {
 				timed = false
 			}
 			pred, _ := m.impl.predict(0)

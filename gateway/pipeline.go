@@ -316,7 +316,7 @@ func (s *Server) admit(r *request) error {
 	// The queue bounded by time: the predicted wait in line (for a decode worker, the
 	// requests still reading their bodies counted, and in the batcher) against the model's
 	// queue target. Under the codel discipline the decode queue sheds after the wait instead.
-	if wait, over := s.overQueueTarget(r.m, r.priority, r.fe.decodes(), true, r.start); over {
+	if wait, over := s.overQueueTarget(r.m, r.priority, r.fe.decodes(), r.start); over {
 		r.refuse(refuseQueueTime)
 		return fmt.Errorf("%w: model %s: a request admitted now would wait about %v in line; batching.queue_target is %v",
 			errQueueFull, r.m.name, wait.Round(time.Millisecond), r.m.queueTarget)
@@ -326,9 +326,9 @@ func (s *Server) admit(r *request) error {
 
 // overQueueTarget reports whether a request for m arriving at now is refused for the model's
 // queue target (batching.queue_target, under the predict discipline), with its predicted wait
-// in line; decodes: the request waits for a decode worker too. record: the request's arrival
-// counts in whether the line stands (admit's); otherwise the state is only read.
-func (s *Server) overQueueTarget(m *model, priority int, decodes, record bool, now time.Time) (time.Duration, bool) {
+// in line; decodes: the request waits for a decode worker too. Its arrival counts in whether
+// the line stands.
+func (s *Server) overQueueTarget(m *model, priority int, decodes bool, now time.Time) (time.Duration, bool) {
 	if m.queueTarget <= 0 || s.opts.QueueDiscipline == "codel" {
 		return 0, false
 	}
@@ -337,9 +337,6 @@ func (s *Server) overQueueTarget(m *model, priority int, decodes, record bool, n
 	if decodes {
 		wait += s.gate.QueueWait()
 		line = max(line, s.gate.Line())
-	}
-	if !record {
-		return wait, s.gate.WouldOverTarget(wait, m.queueTarget, line)
 	}
 	return wait, s.gate.OverTarget(wait, m.queueTarget, line, now)
 }

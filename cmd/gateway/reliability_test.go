@@ -665,8 +665,15 @@ func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, expe
 	// A queue bounded by time: served requests wait no longer than a few times what a
 	// closed loop of 50 waits at capacity (a queue bounded by count alone, 256 places,
 	// made their p50 five times that; bounded by time, 1.6 times).
-	if lim := 3 * max(before.p50, after.p50); s.SuccessLatency.P50 > lim {
-		t.Errorf("served p50 %.0f ms under %gx overload, more than 3x the p50 at capacity (%.0f ms): a standing queue", s.SuccessLatency.P50, factor, lim/3)
+	// Over gRPC, 4 times: grpc-go receives a call's whole message before admission sees it,
+	// and the calls being received wait outside the line the target measures (2.4-3.1 times
+	// measured, against 5 and more for a queue bounded by count).
+	mult := 3.0
+	if grpc {
+		mult = 4
+	}
+	if lim := mult * max(before.p50, after.p50); s.SuccessLatency.P50 > lim {
+		t.Errorf("served p50 %.0f ms under %gx overload, more than %gx the p50 at capacity (%.0f ms): a standing queue", s.SuccessLatency.P50, factor, mult, lim/mult)
 	}
 	if *longForm && s.Refused > 0 && s.RefusalLatency.P99 > 25 {
 		t.Errorf("refusals answered in %.1f ms at p99 (target <= 25 ms)", s.RefusalLatency.P99)

@@ -378,11 +378,6 @@ func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.T
 	return g.over.Check(wait, target, line, now)
 }
 
-// WouldOverTarget is the gate's Stand.Would: OverTarget's answer, nothing recorded.
-func (g *DecodeGate) WouldOverTarget(wait, target time.Duration, line int) bool {
-	return g.over.Would(wait, target, line)
-}
-
 // standInterval is how long the line must stand over its target before requests are refused
 // for it (CoDel's interval: longer than a burst of Poisson arrivals at 0.8 of capacity).
 const standInterval = 100 * time.Millisecond
@@ -407,15 +402,6 @@ func (o *Stand) Check(wait, target time.Duration, line int, now time.Time) bool 
 		o.since = now
 	}
 	return o.stand
-}
-
-// Would reports whether Check would refuse such a request, without recording it: for a
-// refusal ahead of the request's own admission (gRPC's, before its message is read).
-func (o *Stand) Would(wait, target time.Duration, line int) bool {
-	if wait <= target || line < QueueFloor {
-		return false
-	}
-	return line >= 2*QueueFloor || o.standing()
 }
 
 func (o *Stand) standing() bool {

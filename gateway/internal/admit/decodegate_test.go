@@ -288,8 +288,7 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 
 // TestStand: a line over its target for less than standInterval is not refused; one over it
 // for standInterval is, until its predicted wait falls under half the target or the line under
-// half the floor (between them requests are admitted, the line still standing). Would answers
-// as Check does without moving the state.
+// half the floor (between them requests are admitted, the line still standing).
 func TestStand(t *testing.T) {
 	var g Stand
 	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, QueueFloor
@@ -319,18 +318,8 @@ func TestStand(t *testing.T) {
 		{460 * time.Millisecond, 200 * time.Millisecond, long, false},    // over, anew
 		{470 * time.Millisecond, 200 * time.Millisecond, 2 * long, true}, // twice the floor: at once
 	} {
-		standing := g.standing()
-		would := g.Would(c.wait, target, c.line)
-		if g.standing() != standing {
-			t.Fatalf("at %v: Would moved the state", c.at)
-		}
-		got := g.Check(c.wait, target, c.line, at(c.at))
-		if got != c.want {
+		if got := g.Check(c.wait, target, c.line, at(c.at)); got != c.want {
 			t.Fatalf("at %v, wait %v, line %d: %v, want %v", c.at, c.wait, c.line, got, c.want)
-		}
-		if standing == g.standing() && would != got {
-			// where Check does not change whether the line stands, Would tells its answer
-			t.Fatalf("at %v: Would %v, Check %v", c.at, would, got)
 		}
 	}
 }
