@@ -663,11 +663,9 @@ func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, expe
 		t.Errorf("goodput %.1f req/s is %.2f of %s (want >= %.2f)", s.Throughput, ratio, refName, want)
 	}
 	// A queue bounded by time: served requests wait no longer than a few times what a
-	// closed loop of 50 waits at capacity (a queue bounded by count alone, 256 places,
-	// made their p50 five times that; bounded by time, 1.6 times).
-	// Over gRPC, 4 times: grpc-go receives a call's whole message before admission sees it,
-	// and the calls being received wait outside the line the target measures (2.4-3.1 times
-	// measured, against 5 and more for a queue bounded by count).
+	// closed loop of 50 waits at capacity (a queue bounded by count alone waits far longer:
+	// docs/operations.md). Over gRPC, 4 times: grpc-go receives a call's whole message
+	// before admission sees it, and the calls being received wait outside the measured line.
 	mult := 3.0
 	if grpc {
 		mult = 4

@@ -8,8 +8,8 @@ import (
 // BufferPool is grpc-go's buffer pool (experimental.BufferPool) for a server's connections (frames read, messages
 // assembled, responses marshalled): size classes of powers of two, 256 B to 4 MiB, whose
 // buffers are not cleared on Get as grpc-go's default pool's are (every byte handed out is
-// overwritten by the read or the marshal it is for; clearing a photo's message buffers was
-// 1.2 % of the server's CPU). Larger buffers are not pooled.
+// overwritten by the read or the marshal it is for; clearing a photo's message buffers cost
+// CPU for nothing: bench/history.md). Larger buffers are not pooled.
 type BufferPool struct {
 	classes [bufferClasses]sync.Pool // class i holds buffers of capacity 256 << i
 }
