@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -96,17 +95,7 @@ func TestReliabilitySIGTERMUnderLoadGRPC(t *testing.T) {
 		}
 	}()
 	time.Sleep(pick(3*time.Second, 10*time.Second))
-	sigAt := time.Now()
-	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr error
-	select {
-	case exitErr = <-g.done:
-	case <-time.After(40 * time.Second):
-		t.Fatalf("the gateway did not exit after SIGTERM:\n%s", g.log())
-	}
-	exitAfter := time.Since(sigAt)
+	exitAfter, exitErr := sigterm(t, g)
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	wg.Wait()

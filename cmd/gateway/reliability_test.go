@@ -690,6 +690,24 @@ func overloadOver(t *testing.T, name string, factor float64, timeoutMS int, expe
 	}
 }
 
+// sigterm sends the gateway SIGTERM and waits for it to exit (40 s at most): how long it
+// took and its exit error.
+func sigterm(t *testing.T, g *gateway) (time.Duration, error) {
+	t.Helper()
+	sigAt := time.Now()
+	t.Logf("SIGTERM at %s", sigAt.Format("15:04:05.000"))
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-g.done:
+		return time.Since(sigAt), err
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the gateway did not exit after SIGTERM:\n%s", g.log())
+	}
+	return 0, nil
+}
+
 func metOrNot(ok bool) string {
 	if ok {
 		return "met"
@@ -868,18 +886,7 @@ func TestReliabilitySIGTERMUnderLoad(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { r.run(rate, 256, stop); close(ran) }()
 	time.Sleep(pick(3*time.Second, 10*time.Second))
-	sigAt := time.Now()
-	t.Logf("SIGTERM at %s", sigAt.Format("15:04:05.000"))
-	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr error
-	select {
-	case exitErr = <-g.done:
-	case <-time.After(40 * time.Second):
-		t.Fatalf("the gateway did not exit after SIGTERM:\n%s", g.log())
-	}
-	exitAfter := time.Since(sigAt)
+	exitAfter, exitErr := sigterm(t, g)
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	<-ran
