@@ -83,19 +83,21 @@ func PendingInput(nc net.Conn) bool {
 	return n > 0
 }
 
-// acceptQueued takes, with accept4(2) on the socket itself, every connection whose handshake
-// has completed and that waits in ln's accept queue, and returns them. Close calls it right
-// before closing the socket: the kernel resets what is still queued when a listening socket
-// closes, and Accept through the poller leaves a gap of up to a scheduling delay between its
-// last connection and the close, in which a client's connection completes, its request is
-// written, and it is reset (docs/internals.md, "The backlog on close"). This leaves
-// microseconds.
-func acceptQueued(ln net.Listener) []net.Conn {
+// stopListening takes, with accept4(2) on the socket itself, every connection whose handshake
+// has completed and that waits in ln's accept queue, then stops the socket listening
+// (shutdown(2): a connection still queued then is reset, a new one refused), and returns the
+// connections taken. The kernel resets what is queued when a listening socket stops, so the
+// gap between the last accept and the stop is where a client's connection completes, its
+// request is written, and it is reset. Closing the listener leaves a gap of up to a
+// scheduling delay (the close waits for the goroutine blocked in Accept to run); the two
+// system calls back to back leave microseconds (docs/internals.md, "The backlog on close").
+// ok is false where the socket could not be stopped so (the caller's Close stops it).
+func stopListening(ln net.Listener) (taken []net.Conn, ok bool) {
 	rc := rawConn(ln)
 	if rc == nil {
-		return nil
+		return nil, false
 	}
-	var out []net.Conn
+	var fds []int
 	rc.Control(func(fd uintptr) {
 		for {
 			nfd, _, err := unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
@@ -103,15 +105,19 @@ func acceptQueued(ln net.Listener) []net.Conn {
 				continue
 			}
 			if err != nil { // EAGAIN: the queue is empty (or out of descriptors)
-				return
+				break
 			}
-			f := os.NewFile(uintptr(nfd), "accepted")
-			c, err := net.FileConn(f) // a duplicate descriptor, in the poller
-			f.Close()
-			if err == nil {
-				out = append(out, c)
-			}
+			fds = append(fds, nfd)
 		}
+		ok = unix.Shutdown(int(fd), unix.SHUT_RD) == nil
 	})
-	return out
+	for _, nfd := range fds {
+		f := os.NewFile(uintptr(nfd), "accepted")
+		c, err := net.FileConn(f) // a duplicate descriptor, in the poller
+		f.Close()
+		if err == nil {
+			taken = append(taken, c)
+		}
+	}
+	return taken, ok
 }

@@ -12,5 +12,5 @@ func inBuffer(b, buf []byte) bool { return false }
 // PendingInput cannot look into the socket here: an idle connection is assumed idle.
 func PendingInput(net.Conn) bool { return false }
 
-// acceptQueued takes nothing here (see sys_linux.go).
-func acceptQueued(net.Listener) []net.Conn { return nil }
+// stopListening takes nothing here (see sys_linux.go): Close's own close stops the socket.
+func stopListening(net.Listener) ([]net.Conn, bool) { return nil, false }

@@ -255,6 +255,8 @@ type listener struct {
 	pending []net.Conn
 	done    chan struct{} // closed when Close has drained the backlog
 	once    sync.Once
+
+	beforeClose func() // tests: a delay before the close (a goroutine scheduled late)
 }
 
 // Listen wraps ln: its connections are admitted by t and are *Conn.
@@ -322,7 +324,7 @@ func (l *listener) wrap(nc net.Conn) net.Conn {
 }
 
 // Close stops accepting: connections already waiting in the backlog are accepted (and
-// served) first.
+// served) first, and the socket stops listening right after the last of them.
 func (l *listener) Close() error {
 	var err error
 	l.once.Do(func() {
@@ -343,7 +345,10 @@ func (l *listener) Close() error {
 				l.mu.Unlock()
 			}
 		}
-		last := acceptQueued(l.Listener) // what arrived since, without the poller's delay
+		last, _ := stopListening(l.Listener) // what arrived since, then no more
+		if l.beforeClose != nil {
+			l.beforeClose()
+		}
 		err = l.Listener.Close()
 		l.mu.Lock()
 		l.pending = append(l.pending, last...)

@@ -2,6 +2,7 @@ package netx
 
 import (
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -42,4 +43,61 @@ func TestListenerCloseServesBacklog(t *testing.T) {
 	if _, err := net.Dial("tcp", tcp.Addr().String()); err == nil {
 		t.Fatal("a new connection was accepted after Close")
 	}
+}
+
+// TestListenerCloseResetsNoWrittenRequest: a client connects and writes its request between
+// Close's last accept and the socket's close (where a loaded machine can preempt Close). It
+// is either refused before anything is written or served: never reset after writing.
+func TestListenerCloseResetsNoWrittenRequest(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTracker(Config{MaxConns: 16, Refusal: Refusal(`{}`, "1")})
+	l := tr.Listen(tcp)
+	var late net.Conn
+	l.(*listener).beforeClose = func() {
+		// A dropped SYN is retransmitted after a second: a short timeout sees it refused.
+		c, err := net.DialTimeout("tcp", tcp.Addr().String(), 300*time.Millisecond)
+		if err != nil {
+			return
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			c.Close()
+			return
+		}
+		late = c
+		time.Sleep(20 * time.Millisecond) // its handshake and request reach the queue
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.ReadFull(c, make([]byte, 1)); err == nil {
+					c.Write([]byte("y"))
+				}
+			}()
+		}
+	}()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-served
+	if late == nil {
+		t.Log("the late client was refused before it wrote its request")
+		return
+	}
+	defer late.Close()
+	late.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(late, make([]byte, 1)); err != nil {
+		t.Fatalf("a client whose connection was established wrote its request and got no answer: %v", err)
+	}
+	t.Log("the late client was served")
 }
