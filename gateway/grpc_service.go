@@ -21,6 +21,7 @@ import (
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
 	"github.com/imagegate/imagegate/gateway/internal/modeldesc"
+	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
 
@@ -33,13 +34,14 @@ import (
 // grpcServing is one gRPC server (one per ServeGRPC).
 type grpcServing struct {
 	srv     *grpc.Server
+	ln      *netx.Handoff
 	stopped chan struct{} // closed when GracefulStop returned
 }
 
 // ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) ServeGRPC(ln net.Listener) error {
 	s.dog.Run()
-	g := &grpcServing{srv: s.newGRPCServer(), stopped: make(chan struct{})}
+	g := &grpcServing{srv: s.newGRPCServer(), ln: netx.NewHandoff(ln), stopped: make(chan struct{})}
 	s.lnMu.Lock()
 	if s.grpcClosed {
 		s.lnMu.Unlock()
@@ -48,7 +50,7 @@ func (s *Server) ServeGRPC(ln net.Listener) error {
 	}
 	s.grpcs = append(s.grpcs, g)
 	s.lnMu.Unlock()
-	err := g.srv.Serve(ln)
+	err := g.srv.Serve(g.ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -153,11 +155,17 @@ func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, 
 // readTimerKey keys a ModelInfer call's read timer in its context (grpcTap).
 type readTimerKey struct{}
 
+// handoffWait bounds the wait for grpc-go to take up the connections left in a stopping
+// listener's backlog (it accepts and reads them at once unless the machine stalls).
+const handoffWait = 200 * time.Millisecond
+
 // grpcModelInfer is ModelInfer's full method name.
 const grpcModelInfer = "/inference.GRPCInferenceService/ModelInfer"
 
-// stopGRPC starts the gRPC servers' graceful stop (their listeners close, clients get a
-// GOAWAY) and tells the streams to stop taking requests.
+// stopGRPC starts the gRPC servers' graceful stop and tells the streams to stop taking
+// requests. Each listener stops first and hands its backlog to its server (grpc-go closes the
+// connections it accepts once stopping: a client's call written on a connection still queued
+// would get a reset), then GracefulStop sends the clients a GOAWAY and answers every call.
 func (s *Server) stopGRPC() {
 	s.lnMu.Lock()
 	defer s.lnMu.Unlock()
@@ -168,6 +176,7 @@ func (s *Server) stopGRPC() {
 	close(s.grpcStop)
 	for _, g := range s.grpcs {
 		go func() {
+			g.ln.Stop(handoffWait)
 			g.srv.GracefulStop()
 			close(g.stopped)
 		}()

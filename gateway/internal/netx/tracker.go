@@ -243,25 +243,79 @@ func Refusal(jsonBody, retryAfter string) []byte {
 		"\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(jsonBody)) + "\r\n\r\n" + jsonBody)
 }
 
-// listener wraps a server's listener: it admits each connection through the tracker, and on
-// Close it first accepts the connections already waiting in the kernel's backlog (they were
-// accepted by TCP: they are served, not reset).
+// listener wraps a server's listener: it admits each connection through the tracker (when it
+// has one), and on Close it first accepts the connections already waiting in the kernel's
+// backlog (they were accepted by TCP: they are served, not reset).
 type listener struct {
 	net.Listener
-	t       *Tracker
-	mu      sync.Mutex
-	closing bool
-	closed  bool
-	pending []net.Conn
-	done    chan struct{} // closed when Close has drained the backlog
-	once    sync.Once
+	t        *Tracker // nil: a Handoff listener's
+	mu       sync.Mutex
+	closing  bool // stop has begun
+	stopped  bool // the socket no longer listens: pending holds what was left
+	closed   bool
+	pending  []net.Conn
+	done     chan struct{} // closed when stop has drained the backlog
+	closedCh chan struct{} // closed by Close
+	stopOnce sync.Once
+	once     sync.Once
+	unread   atomic.Int64 // connections handed out of pending that have not been read yet
 
 	beforeClose func() // tests: a delay before the close (a goroutine scheduled late)
 }
 
 // Listen wraps ln: its connections are admitted by t and are *Conn.
 func (t *Tracker) Listen(ln net.Listener) net.Listener {
-	return &listener{Listener: ln, t: t, done: make(chan struct{})}
+	return newListener(ln, t)
+}
+
+func newListener(ln net.Listener, t *Tracker) *listener {
+	return &listener{Listener: ln, t: t, done: make(chan struct{}), closedCh: make(chan struct{})}
+}
+
+// Handoff is a listener for a server that stops by closing its listener and then drops the
+// connections it accepts (grpc-go's GracefulStop): Stop stops the socket listening first and
+// hands the backlog to the server while it still serves. Its connections are the socket's own,
+// not admitted by any Tracker.
+type Handoff struct{ l *listener }
+
+// NewHandoff wraps ln.
+func NewHandoff(ln net.Listener) *Handoff { return &Handoff{l: newListener(ln, nil)} }
+
+func (h *Handoff) Accept() (net.Conn, error) { return h.l.Accept() }
+func (h *Handoff) Close() error              { return h.l.Close() }
+func (h *Handoff) Addr() net.Addr            { return h.l.Addr() }
+
+// Stop stops the socket listening (new connections are refused) and waits, wait at most,
+// until the server has accepted every connection that was in the backlog and read from each:
+// from then on they are the server's to answer. Accept then blocks until Close.
+func (h *Handoff) Stop(wait time.Duration) {
+	h.l.stop()
+	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		h.l.mu.Lock()
+		n := len(h.l.pending)
+		h.l.mu.Unlock()
+		if n == 0 && h.l.unread.Load() == 0 {
+			return
+		}
+	}
+}
+
+// noteRead is a connection handed out of a stopped listener's backlog: its first Read tells
+// the listener that the server has taken it up.
+type noteRead struct {
+	net.Conn
+	l    *listener
+	once sync.Once
+}
+
+func (c *noteRead) Read(b []byte) (int, error) {
+	c.once.Do(func() { c.l.unread.Add(-1) })
+	return c.Conn.Read(b)
+}
+
+func (c *noteRead) Close() error {
+	c.once.Do(func() { c.l.unread.Add(-1) }) // dropped unread: nothing more to wait for
+	return c.Conn.Close()
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -271,15 +325,23 @@ func (l *listener) Accept() (net.Conn, error) {
 			c := l.pending[0]
 			l.pending = l.pending[1:]
 			l.mu.Unlock()
+			if l.t == nil {
+				l.unread.Add(1)
+				return &noteRead{Conn: c, l: l}, nil
+			}
 			if wc := l.wrap(c); wc != nil {
 				return wc, nil
 			}
 			continue
 		}
-		closed, closing := l.closed, l.closing
+		closed, stopped, closing := l.closed, l.stopped, l.closing
 		l.mu.Unlock()
 		if closed {
 			return nil, net.ErrClosed
+		}
+		if stopped {
+			<-l.closedCh
+			continue
 		}
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -290,13 +352,16 @@ func (l *listener) Accept() (net.Conn, error) {
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOBUFS) {
 				// Out of file descriptors (or kernel memory) for a moment: the connection
 				// waits in the backlog; fasthttp would take the error as the end of Serve.
-				if f := l.t.cfg.Refused; f != nil {
-					f()
+				if l.t != nil && l.t.cfg.Refused != nil {
+					l.t.cfg.Refused()
 				}
 				time.Sleep(acceptBackoff)
 				continue
 			}
 			return nil, err
+		}
+		if l.t == nil {
+			return c, nil
 		}
 		if wc := l.wrap(c); wc != nil {
 			return wc, nil
@@ -328,6 +393,22 @@ func (l *listener) wrap(nc net.Conn) net.Conn {
 func (l *listener) Close() error {
 	var err error
 	l.once.Do(func() {
+		l.stop()
+		if l.beforeClose != nil {
+			l.beforeClose()
+		}
+		err = l.Listener.Close()
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		close(l.closedCh)
+	})
+	return err
+}
+
+// stop takes the backlog into pending and stops the socket listening.
+func (l *listener) stop() {
+	l.stopOnce.Do(func() {
 		l.mu.Lock()
 		l.closing = true
 		l.mu.Unlock()
@@ -346,17 +427,12 @@ func (l *listener) Close() error {
 			}
 		}
 		last, _ := stopListening(l.Listener) // what arrived since, then no more
-		if l.beforeClose != nil {
-			l.beforeClose()
-		}
-		err = l.Listener.Close()
 		l.mu.Lock()
 		l.pending = append(l.pending, last...)
-		l.closed = true
+		l.stopped = true
 		l.mu.Unlock()
 		close(l.done)
 	})
-	return err
 }
 
 // acceptBackoff is the pause after Accept ran out of file descriptors.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -100,4 +101,67 @@ func TestListenerCloseResetsNoWrittenRequest(t *testing.T) {
 		t.Fatalf("a client whose connection was established wrote its request and got no answer: %v", err)
 	}
 	t.Log("the late client was served")
+}
+
+// TestHandoffServesTheBacklogBeforeTheServerStops: a server that drops the connections it
+// accepts once it has begun stopping (as grpc-go's GracefulStop does) still serves those that
+// waited in the backlog: Stop hands them over, and returns once the server has read each.
+func TestHandoffServesTheBacklogBeforeTheServerStops(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandoff(tcp)
+	var clients []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", tcp.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	time.Sleep(50 * time.Millisecond) // the handshakes complete into the backlog
+	var quit atomic.Bool
+	stopped := make(chan struct{})
+	go func() { h.Stop(2 * time.Second); close(stopped) }()
+	time.Sleep(50 * time.Millisecond) // Stop has taken the backlog before the server's first Accept
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := h.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if quit.Load() {
+					return // a stopping server drops what it accepts
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				b := make([]byte, 1)
+				if _, err := c.Read(b); err == nil {
+					time.Sleep(20 * time.Millisecond) // answered after the server began to stop
+					c.Write([]byte("y"))
+				}
+			}()
+		}
+	}()
+	<-stopped
+	quit.Store(true)
+	if _, err := net.DialTimeout("tcp", tcp.Addr().String(), time.Second); err == nil {
+		t.Error("a new connection was accepted after Stop")
+	}
+	for i, c := range clients {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			t.Errorf("backlog connection %d got no answer: %v", i, err)
+		}
+	}
+	h.Close()
+	<-served
 }
