@@ -20,6 +20,7 @@ import (
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
+	"github.com/imagegate/imagegate/gateway/internal/grpcio"
 	"github.com/imagegate/imagegate/gateway/internal/modeldesc"
 	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
@@ -34,6 +35,7 @@ import (
 // grpcServing is one gRPC server (one per ServeGRPC).
 type grpcServing struct {
 	srv     *grpc.Server
+	codec   *grpcio.Codec
 	ln      *netx.Handoff
 	stopped chan struct{} // closed when GracefulStop returned
 }
@@ -41,7 +43,8 @@ type grpcServing struct {
 // ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) ServeGRPC(ln net.Listener) error {
 	s.dog.Run()
-	g := &grpcServing{srv: s.newGRPCServer(), ln: netx.NewHandoff(ln), stopped: make(chan struct{})}
+	g := &grpcServing{ln: netx.NewHandoff(ln), stopped: make(chan struct{})}
+	g.srv, g.codec = s.newGRPCServer()
 	s.lnMu.Lock()
 	if s.grpcClosed {
 		s.lnMu.Unlock()
@@ -57,12 +60,14 @@ func (s *Server) ServeGRPC(ln net.Listener) error {
 	return err
 }
 
-func (s *Server) newGRPCServer() *grpc.Server {
-	srv := grpc.NewServer(grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcTap)...)
-	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s})
+func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
+	pool := &grpcio.BufferPool{}
+	codec := grpcio.NewCodec(pool)
+	srv := grpc.NewServer(grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcTap, codec, pool)...)
+	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s, codec: codec})
 	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.grpcStop})
 	reflection.Register(srv)
-	return srv
+	return srv, codec
 }
 
 // grpcTap refuses a ModelInfer call before grpc-go reads its message, when no model could
@@ -204,7 +209,8 @@ func (s *Server) waitGRPC(wait time.Duration) {
 // memory, trace and log settings, left out of the .proto) answers UNIMPLEMENTED.
 type grpcService struct {
 	inference.UnimplementedGRPCInferenceServiceServer
-	s *Server
+	s     *Server
+	codec *grpcio.Codec // its requests' buffers are released once answered
 }
 
 func (g *grpcService) ServerLive(context.Context, *inference.ServerLiveRequest) (*inference.ServerLiveResponse, error) {
@@ -275,6 +281,7 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferR
 	if t, ok := ctx.Value(readTimerKey{}).(*time.Timer); ok {
 		t.Stop() // the message is read (grpcTap)
 	}
+	defer g.codec.Release(req) // answered: nothing reads its images any more
 	md, _ := metadata.FromIncomingContext(ctx)
 	return g.s.grpcInfer(ctx, req, md, false)
 }
@@ -286,8 +293,9 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferR
 func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelStreamInferServer) error {
 	md, _ := metadata.FromIncomingContext(st.Context())
 	return grpcapi.Stream(st, g.s.grpcStop, func(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+		defer g.codec.Release(req)
 		return g.s.grpcInfer(ctx, req, md, true)
-	})
+	}, g.codec.Release)
 }
 
 // adminCall checks a repository call: it needs the admin token (server.admin_token_file) as

@@ -393,7 +393,7 @@ func TestGRPCRepositoryNeedsTheToken(t *testing.T) {
 // error_message, and the stream goes on; closing the sending side ends it once all are
 // answered.
 func TestGRPCStream(t *testing.T) {
-	_, c, _ := newGRPCServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	ts, c, _ := newGRPCServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 	st, err := c.ModelStreamInfer(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -440,6 +440,59 @@ func TestGRPCStream(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Errorf("answers for %d ids, want %d", len(seen), n)
+	}
+	if n := grpcHeld(ts.s); n != 0 {
+		t.Errorf("%d message buffers not back in the pool after every request was answered", n)
+	}
+}
+
+// grpcHeld counts the message buffers s's gRPC servers have not released.
+func grpcHeld(s *Server) int {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	n := 0
+	for _, g := range s.grpcs {
+		n += g.codec.Held()
+	}
+	return n
+}
+
+// TestGRPCMessageBuffersReturn: the pooled buffer a request's images alias goes back once it
+// is answered, also when the call fails, and when a stream ends with requests read but not
+// answered.
+func TestGRPCMessageBuffersReturn(t *testing.T) {
+	f := newFake[float32](3*side*side, 3, 4)
+	ts, c, _ := newGRPCServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{f}))
+	img := solidPNG(t, 8, 8, 60)
+	if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ModelInfer(t.Context(), imageRequest("nope", img)); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown model: %v", err)
+	}
+	bad := imageRequest("m", []byte("not an image"))
+	if _, err := c.ModelInfer(t.Context(), bad); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad image: %v", err)
+	}
+	if n := grpcHeld(ts.s); n != 0 {
+		t.Fatalf("%d buffers held after three answered calls", n)
+	}
+	// A stream whose client leaves with requests in flight and more arriving.
+	ctx, cancel := context.WithCancel(t.Context())
+	st, err := c.ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if err := st.Send(imageRequest("m", img)); err != nil {
+			break
+		}
+	}
+	cancel()
+	for end := time.Now().Add(5 * time.Second); grpcHeld(ts.s) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d buffers still held 5 s after the stream ended", grpcHeld(ts.s))
+		}
 	}
 }
 

@@ -27,8 +27,8 @@ const (
 // ServerOptions are the gRPC server's options: messages of up to maxBody bytes of tensor data
 // (and their framing), connections closed after idle without calls (GOAWAY first) and refused
 // when their handshake takes longer than handshake, tap run on each call before its message
-// is read, grpcio's codec and buffer pool.
-func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerInHandle) []grpc.ServerOption {
+// is read, the codec and its buffer pool (grpcio.NewCodec).
+func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerInHandle, codec *grpcio.Codec, pool *grpcio.BufferPool) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(maxBody+framing, 1<<31-1))),
 		grpc.MaxConcurrentStreams(maxStreams),
@@ -48,7 +48,7 @@ func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerI
 		// Calls run on goroutines kept for them (their stacks already grown), not one new
 		// goroutine each; when all are busy grpc-go starts one as before.
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
-		experimental.BufferPool(&grpcio.BufferPool{}),
-		grpc.ForceServerCodecV2(grpcio.NewCodec()),
+		experimental.BufferPool(pool),
+		grpc.ForceServerCodecV2(codec),
 	}
 }

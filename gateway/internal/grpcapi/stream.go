@@ -19,9 +19,11 @@ const streamInflight = 256
 // Stream serves a ModelStreamInfer stream: it answers each request of the stream with infer,
 // with its id, as its answer is ready (not in order); a failed request is answered with
 // error_message, and the stream goes on. The stream ends when the client closes its side
-// (once every request is answered), or when stop is closed (the server drains).
+// (once every request is answered), or when stop is closed (the server drains). A request
+// read but not handed to infer (the stream ended first) is handed to drop.
 func Stream(st inference.GRPCInferenceService_ModelStreamInferServer, stop <-chan struct{},
-	infer func(context.Context, *inference.ModelInferRequest) (*inference.ModelInferResponse, error)) error {
+	infer func(context.Context, *inference.ModelInferRequest) (*inference.ModelInferResponse, error),
+	drop func(*inference.ModelInferRequest)) error {
 	ctx := st.Context()
 	reqs := make(chan *inference.ModelInferRequest)
 	recvErr := make(chan error, 1)
@@ -35,6 +37,7 @@ func Stream(st inference.GRPCInferenceService_ModelStreamInferServer, stop <-cha
 			select {
 			case reqs <- req:
 			case <-ctx.Done():
+				drop(req)
 				return
 			}
 		}
@@ -78,6 +81,7 @@ loop:
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
+				drop(req)
 				break loop
 			}
 			wg.Add(1)
@@ -97,6 +101,7 @@ loop:
 					wg.Add(1)
 					go answer(req)
 				case <-ctx.Done():
+					drop(req)
 				}
 			default:
 			}

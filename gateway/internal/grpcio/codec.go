@@ -1,6 +1,8 @@
 package grpcio
 
 import (
+	"sync"
+
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -12,23 +14,52 @@ import (
 // Codec is the gRPC server's codec: protobuf, as grpc-go's own, except that a
 // ModelInferRequest's raw_input_contents (the images) are not copied out of the message:
 // protobuf-go copies every bytes field, so the message is assembled once into a buffer of its
-// own and the entries of raw_input_contents are slices of it. The buffer lives as long as the
-// request message.
-type Codec struct{ proto encoding.CodecV2 }
+// own and the entries of raw_input_contents are slices of it. The buffer comes from the pool
+// and goes back to it on Release, once the request is answered (a fresh buffer each message
+// was cleared memory, garbage and page faults for every photo received).
+type Codec struct {
+	proto encoding.CodecV2
+	pool  *BufferPool
+	held  sync.Map // *inference.ModelInferRequest -> *[]byte its raw_input_contents alias
+}
 
-// NewCodec returns the codec (grpc.ForceServerCodecV2).
-func NewCodec() Codec { return Codec{proto: encoding.GetCodecV2("proto")} }
+// NewCodec returns the codec (grpc.ForceServerCodecV2), with the messages' buffers from pool.
+func NewCodec(pool *BufferPool) *Codec {
+	return &Codec{proto: encoding.GetCodecV2("proto"), pool: pool}
+}
 
-func (Codec) Name() string { return "proto" }
+func (*Codec) Name() string { return "proto" }
 
-func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c *Codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
-func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*inference.ModelInferRequest)
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
-	return UnmarshalInfer(data.Materialize(), req)
+	buf := c.pool.Get(data.Len())
+	data.CopyTo(*buf)
+	if err := UnmarshalInfer(*buf, req); err != nil || len(req.RawInputContents) == 0 {
+		c.pool.Put(buf) // nothing aliases it: protobuf-go copied what it decoded
+		return err
+	}
+	c.held.Store(req, buf)
+	return nil
+}
+
+// Release returns the buffer that req's raw_input_contents alias to the pool: nothing may
+// read them after. A request that aliases none is let be.
+func (c *Codec) Release(req *inference.ModelInferRequest) {
+	if b, ok := c.held.LoadAndDelete(req); ok {
+		c.pool.Put(b.(*[]byte))
+	}
+}
+
+// Held counts the buffers not released yet (tests).
+func (c *Codec) Held() int {
+	n := 0
+	c.held.Range(func(any, any) bool { n++; return true })
+	return n
 }
 
 // rawInputContents is raw_input_contents' field number in ModelInferRequest.
