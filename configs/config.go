@@ -67,7 +67,8 @@ type Server struct {
 	// (docs/operations.md compares the two).
 	QueueDiscipline string `yaml:"queue_discipline"`
 	// MaxConnections bounds concurrent connections; at the limit the longest-idle keep-alive
-	// connection is closed to admit a new one.
+	// connection is closed to admit a new one. The gRPC listener has its own count, bounded
+	// alike: over it a new connection is closed at once (clients see UNAVAILABLE).
 	MaxConnections int `yaml:"max_connections"`
 	// QueueFullStatus is the status of a request refused because a queue is full: 503 or 429.
 	QueueFullStatus int `yaml:"queue_full_status"`

@@ -43,7 +43,8 @@ type grpcServing struct {
 // ServeGRPC serves the gRPC API on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) ServeGRPC(ln net.Listener) error {
 	s.dog.Run()
-	g := &grpcServing{ln: netx.NewHandoff(ln), stopped: make(chan struct{})}
+	g := &grpcServing{ln: netx.NewHandoff(ln, netx.HandoffConfig{MaxConns: s.opts.MaxConnections,
+		Refused: s.met.refusals[refuseConnections].Inc, UserTimeout: grpcapi.PingTimeout}), stopped: make(chan struct{})}
 	g.srv, g.codec = s.newGRPCServer()
 	s.lnMu.Lock()
 	if s.grpcClosed {

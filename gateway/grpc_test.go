@@ -620,3 +620,56 @@ func TestGRPCStalledCallsTimeOut(t *testing.T) {
 		t.Fatalf("after stalled calls: %v", err)
 	}
 }
+
+// TestGRPCConnectionsBounded: gRPC connections are bounded by server.max_connections (their
+// own count, beside HTTP's): a client over it is refused UNAVAILABLE and counted, HTTP is
+// untouched, and once a connection closes a new client is served.
+func TestGRPCConnectionsBounded(t *testing.T) {
+	o := testOptions()
+	o.MaxConnections = 2
+	ts, _, cc := newGRPCServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	target := cc.Target()
+	client := func() (*grpc.ClientConn, healthgrpc.HealthClient) {
+		c, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, healthgrpc.NewHealthClient(c)
+	}
+	check := func(h healthgrpc.HealthClient) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		_, err := h.Check(ctx, &healthgrpc.HealthCheckRequest{})
+		return err
+	}
+	c1, h1 := client()
+	_, h2 := client()
+	for _, h := range []healthgrpc.HealthClient{h1, h2} {
+		if err := check(h); err != nil {
+			t.Fatalf("within the bound: %v", err)
+		}
+	}
+	c3, h3 := client()
+	if err := check(h3); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a third connection over max_connections 2: %v, want UNAVAILABLE", err)
+	}
+	if v := ts.metric(`gateway_refusals_total{stage="connections"}`); v < 1 {
+		t.Errorf("gateway_refusals_total{stage=\"connections\"} = %v, want the refusals counted", v)
+	}
+	if code := ts.do("GET", "/v2/health/ready", "", nil).status; code != 200 {
+		t.Errorf("HTTP readiness %d while gRPC is at its bound", code)
+	}
+	c3.Close() // it would reconnect into the place freed next
+	c1.Close()
+	_, h4 := client()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := check(h4)
+		if err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("a connection after one closed: %v", err)
+		}
+	}
+}

@@ -44,7 +44,8 @@ type Options struct {
 	QueueDiscipline string
 	// MaxConnections bounds open connections. At the limit the longest-idle keep-alive
 	// connection is closed to admit a new one; when none is idle, a new connection is
-	// served health, metrics and a JSON 503 for anything else, and closed.
+	// served health, metrics and a JSON 503 for anything else, and closed. Each gRPC
+	// listener bounds its connections to the same number, apart: over it a new one is closed.
 	MaxConnections int
 	// QueueFullStatus (503 or 429) answers a request refused because its model's queue is
 	// full; every refusal carries Retry-After: RetryAfter, in whole seconds (at least 1).

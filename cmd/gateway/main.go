@@ -92,7 +92,11 @@ func run(o *options, src source, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	checkFileLimit(cfg.Server.MaxConnections, log)
+	listeners := 1
+	if cfg.Server.GRPCListen != "off" {
+		listeners = 2 // the gRPC listener has its own max_connections
+	}
+	checkFileLimit(listeners*cfg.Server.MaxConnections, log)
 	setProcs(cfg, log)
 	setGC(log)
 	traces, err := tracerProvider(log)
@@ -252,7 +256,7 @@ wait:
 	return nil
 }
 
-// checkFileLimit raises the process's open-file limit to what max_connections needs (each
+// checkFileLimit raises the process's open-file limit to what maxConns connections need (each
 // connection is a descriptor; the overflow connections and the models' files come on top), up
 // to the hard limit, and warns when even that is short: then connections beyond it wait in the
 // listen backlog (the accept loop backs off when descriptors run out).

@@ -24,6 +24,10 @@ const (
 	window = 1 << 20
 )
 
+// PingTimeout is how long the server waits for a ping's answer (or, as TCP_USER_TIMEOUT, for
+// written data to be acknowledged) before it drops the connection.
+const PingTimeout = 20 * time.Second
+
 // ServerOptions are the gRPC server's options: messages of up to maxBody bytes of tensor data
 // (and their framing), connections closed after idle without calls (GOAWAY first) and refused
 // when their handshake takes longer than handshake, tap run on each call before its message
@@ -36,7 +40,7 @@ func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerI
 		// client pings while idle when its keepalive is set); more often is a GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// A connection idle for server.idle_timeout is closed (GOAWAY first), as HTTP's.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}), // pings find dead peers
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: PingTimeout}), // pings find dead peers
 		grpc.ConnectionTimeout(handshake),
 		grpc.SharedWriteBuffer(true),
 		grpc.InTapHandle(tap),

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -120,4 +121,20 @@ func stopListening(ln net.Listener) (taken []net.Conn, ok bool) {
 		}
 	}
 	return taken, ok
+}
+
+// setUserTimeout sets c's TCP_USER_TIMEOUT (c, or what it wraps, is a TCP connection).
+func setUserTimeout(c net.Conn, d time.Duration) {
+	for {
+		if u, ok := c.(interface{ Unwrap() net.Conn }); ok {
+			c = u.Unwrap()
+			continue
+		}
+		break
+	}
+	if rc := rawConn(c); rc != nil {
+		rc.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
+		})
+	}
 }

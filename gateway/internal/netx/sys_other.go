@@ -2,7 +2,10 @@
 
 package netx
 
-import "net"
+import (
+	"net"
+	"time"
+)
 
 // discardRead is Linux's (recv with MSG_TRUNC); elsewhere discarded bytes are read normally.
 func (c *Conn) discardRead(b []byte) (n int, ok bool, err error) { return 0, false, nil }
@@ -14,3 +17,6 @@ func PendingInput(net.Conn) bool { return false }
 
 // stopListening takes nothing here (see sys_linux.go): Close's own close stops the socket.
 func stopListening(net.Listener) ([]net.Conn, bool) { return nil, false }
+
+// setUserTimeout is Linux's (TCP_USER_TIMEOUT).
+func setUserTimeout(net.Conn, time.Duration) {}

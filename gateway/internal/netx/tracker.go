@@ -274,16 +274,75 @@ func newListener(ln net.Listener, t *Tracker) *listener {
 
 // Handoff is a listener for a server that stops by closing its listener and then drops the
 // connections it accepts (grpc-go's GracefulStop): Stop stops the socket listening first and
-// hands the backlog to the server while it still serves. Its connections are the socket's own,
-// not admitted by any Tracker.
-type Handoff struct{ l *listener }
+// hands the backlog to the server while it still serves. It bounds the connections open at
+// once: one over the bound is closed as it is accepted (a gRPC client sees UNAVAILABLE and
+// backs off), so clients of this listener cannot take the descriptors every listener shares.
+type Handoff struct {
+	l           *listener
+	max         int64
+	open        atomic.Int64
+	refused     func()
+	userTimeout time.Duration
+}
+
+// HandoffConfig configures a Handoff.
+type HandoffConfig struct {
+	// MaxConns bounds the connections open at once (0: no bound).
+	MaxConns int
+	// Refused, optional, is called for each connection closed over MaxConns.
+	Refused func()
+	// UserTimeout, where positive, is each connection's TCP_USER_TIMEOUT (Linux): how long
+	// written data may stay unacknowledged before the connection is dropped. grpc-go sets it
+	// on the connections it accepts itself, which are *net.TCPConn; these are wrapped.
+	UserTimeout time.Duration
+}
 
 // NewHandoff wraps ln.
-func NewHandoff(ln net.Listener) *Handoff { return &Handoff{l: newListener(ln, nil)} }
+func NewHandoff(ln net.Listener, cfg HandoffConfig) *Handoff {
+	return &Handoff{l: newListener(ln, nil), max: int64(cfg.MaxConns), refused: cfg.Refused, userTimeout: cfg.UserTimeout}
+}
 
-func (h *Handoff) Accept() (net.Conn, error) { return h.l.Accept() }
-func (h *Handoff) Close() error              { return h.l.Close() }
-func (h *Handoff) Addr() net.Addr            { return h.l.Addr() }
+// Accept returns the next connection within the bound.
+func (h *Handoff) Accept() (net.Conn, error) {
+	for {
+		c, err := h.l.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if h.max > 0 && h.open.Load() >= h.max {
+			c.Close()
+			if h.refused != nil {
+				h.refused()
+			}
+			continue
+		}
+		h.open.Add(1)
+		if h.userTimeout > 0 {
+			setUserTimeout(c, h.userTimeout)
+		}
+		return &countedConn{Conn: c, h: h}, nil
+	}
+}
+
+func (h *Handoff) Close() error   { return h.l.Close() }
+func (h *Handoff) Addr() net.Addr { return h.l.Addr() }
+
+// Open counts the connections open.
+func (h *Handoff) Open() int { return int(h.open.Load()) }
+
+// countedConn is a connection within a Handoff's bound until it is closed.
+type countedConn struct {
+	net.Conn
+	h    *Handoff
+	once sync.Once
+}
+
+func (c *countedConn) Unwrap() net.Conn { return c.Conn }
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.h.open.Add(-1) })
+	return c.Conn.Close()
+}
 
 // Stop stops the socket listening (new connections are refused) and waits, wait at most,
 // until the server has accepted every connection that was in the backlog and read from each:
@@ -312,6 +371,8 @@ func (c *noteRead) Read(b []byte) (int, error) {
 	c.once.Do(func() { c.l.unread.Add(-1) })
 	return c.Conn.Read(b)
 }
+
+func (c *noteRead) Unwrap() net.Conn { return c.Conn }
 
 func (c *noteRead) Close() error {
 	c.once.Do(func() { c.l.unread.Add(-1) }) // dropped unread: nothing more to wait for

@@ -111,7 +111,7 @@ func TestHandoffServesTheBacklogBeforeTheServerStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewHandoff(tcp)
+	h := NewHandoff(tcp, HandoffConfig{})
 	var clients []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", tcp.Addr().String())
@@ -164,4 +164,63 @@ func TestHandoffServesTheBacklogBeforeTheServerStops(t *testing.T) {
 	}
 	h.Close()
 	<-served
+}
+
+// TestHandoffBoundsConnections: over MaxConns a new connection is closed as it is accepted
+// (and counted); once one closes, the next is served.
+func TestHandoffBoundsConnections(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int64
+	h := NewHandoff(tcp, HandoffConfig{MaxConns: 2, Refused: func() { refused.Add(1) }, UserTimeout: 20 * time.Second})
+	defer h.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := h.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", tcp.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial()
+	dial()
+	first, second := <-accepted, <-accepted
+	defer second.Close()
+	over := dial()
+	over.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("a third connection over a bound of 2: read %v, want it closed", err)
+	}
+	if refused.Load() != 1 || h.Open() != 2 {
+		t.Fatalf("refused %d, open %d; want 1 and 2", refused.Load(), h.Open())
+	}
+	first.Close()
+	first.Close() // counted once
+	dial()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection under the bound again was not accepted")
+	}
+	if h.Open() != 1 {
+		t.Fatalf("open %d after one of two closed and one more closed, want 1", h.Open())
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
