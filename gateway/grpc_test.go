@@ -462,7 +462,7 @@ func grpcHeld(s *Server) int {
 // answered.
 func TestGRPCMessageBuffersReturn(t *testing.T) {
 	f := newFake[float32](3*side*side, 3, 4)
-	ts, c, _ := newGRPCServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{f}))
+	ts, c, cc := newGRPCServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{f}))
 	img := solidPNG(t, 8, 8, 60)
 	if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
 		t.Fatal(err)
@@ -476,6 +476,33 @@ func TestGRPCMessageBuffersReturn(t *testing.T) {
 	}
 	if n := grpcHeld(ts.s); n != 0 {
 		t.Fatalf("%d buffers held after three answered calls", n)
+	}
+	// Unary calls that fail after their message was decoded, before the handler runs: a
+	// second message (a cardinality violation), and a client that sends its message without
+	// closing its side and then leaves.
+	rawCall := func(ctx context.Context) grpc.ClientStream {
+		st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, inference.GRPCInferenceService_ModelInfer_FullMethodName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st2 := rawCall(t.Context())
+	st2.SendMsg(imageRequest("m", img))
+	st2.SendMsg(imageRequest("m", img))
+	st2.CloseSend()
+	if err := st2.RecvMsg(new(inference.ModelInferResponse)); err == nil {
+		t.Fatal("a unary call with two messages succeeded")
+	}
+	leave, cancelLeave := context.WithCancel(t.Context())
+	st3 := rawCall(leave)
+	st3.SendMsg(imageRequest("m", img))
+	time.Sleep(100 * time.Millisecond) // the message is decoded; the server waits for the end of the client's stream
+	cancelLeave()
+	for end := time.Now().Add(5 * time.Second); grpcHeld(ts.s) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d buffers still held after unary calls that failed after their message was decoded", grpcHeld(ts.s))
+		}
 	}
 	// A stream whose client leaves with requests in flight and more arriving.
 	ctx, cancel := context.WithCancel(t.Context())

@@ -54,5 +54,6 @@ func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerI
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 		experimental.BufferPool(pool),
 		grpc.ForceServerCodecV2(codec),
+		grpc.StatsHandler(codec.Releaser()),
 	}
 }

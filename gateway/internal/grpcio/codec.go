@@ -1,10 +1,13 @@
 package grpcio
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -43,7 +46,9 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		c.pool.Put(buf) // nothing aliases it: protobuf-go copied what it decoded
 		return err
 	}
-	c.held.Store(req, buf)
+	if old, loaded := c.held.Swap(req, buf); loaded {
+		c.pool.Put(old.(*[]byte)) // a second message decoded into the same request replaced the first
+	}
 	return nil
 }
 
@@ -54,6 +59,48 @@ func (c *Codec) Release(req *inference.ModelInferRequest) {
 		c.pool.Put(b.(*[]byte))
 	}
 }
+
+// Releaser is a stats handler (grpc.StatsHandler) that releases a unary ModelInfer call's
+// buffer when the call ends, whatever ended it: grpc-go decodes the message and then reads on
+// for the end of the client's stream, and when that read fails (a second message, a client
+// that leaves or stalls) the call fails without reaching the handler that would release it.
+func (c *Codec) Releaser() stats.Handler { return releaser{c} }
+
+type releaser struct{ c *Codec }
+
+type releaseKey struct{}
+
+// releaseSlot holds the request a call decoded, for its end.
+type releaseSlot struct {
+	req atomic.Pointer[inference.ModelInferRequest]
+}
+
+func (releaser) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if info.FullMethodName != inference.GRPCInferenceService_ModelInfer_FullMethodName {
+		return ctx // a stream's requests are released one by one as they are answered or dropped
+	}
+	return context.WithValue(ctx, releaseKey{}, new(releaseSlot))
+}
+
+func (r releaser) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	slot, ok := ctx.Value(releaseKey{}).(*releaseSlot)
+	if !ok {
+		return
+	}
+	switch st := st.(type) {
+	case *stats.InPayload:
+		if req, ok := st.Payload.(*inference.ModelInferRequest); ok {
+			slot.req.Store(req)
+		}
+	case *stats.End:
+		if req := slot.req.Load(); req != nil {
+			r.c.Release(req)
+		}
+	}
+}
+
+func (releaser) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (releaser) HandleConn(context.Context, stats.ConnStats)                       {}
 
 // Held counts the buffers not released yet (tests).
 func (c *Codec) Held() int {

@@ -248,17 +248,18 @@ func Refusal(jsonBody, retryAfter string) []byte {
 // backlog (they were accepted by TCP: they are served, not reset).
 type listener struct {
 	net.Listener
-	t        *Tracker // nil: a Handoff listener's
-	mu       sync.Mutex
-	closing  bool // stop has begun
-	stopped  bool // the socket no longer listens: pending holds what was left
-	closed   bool
-	pending  []net.Conn
-	done     chan struct{} // closed when stop has drained the backlog
-	closedCh chan struct{} // closed by Close
-	stopOnce sync.Once
-	once     sync.Once
-	unread   atomic.Int64 // connections handed out of pending that have not been read yet
+	t         *Tracker // nil: a Handoff listener's
+	mu        sync.Mutex
+	closing   bool // stop has begun
+	stopped   bool // the socket no longer listens: pending holds what was left
+	closed    bool
+	pending   []net.Conn
+	done      chan struct{} // closed when stop has drained the backlog
+	closedCh  chan struct{} // closed by Close
+	stopOnce  sync.Once
+	once      sync.Once
+	unread    atomic.Int64 // a Handoff's: connections handed out that have not been read yet
+	accepting atomic.Int64 // a Handoff's: Accepts under way on the socket
 
 	beforeClose func() // tests: a delay before the close (a goroutine scheduled late)
 }
@@ -310,10 +311,10 @@ func (h *Handoff) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if h.max > 0 && h.open.Load() >= h.max {
-			c.Close()
 			if h.refused != nil {
-				h.refused()
+				h.refused() // counted before the client can see the close
 			}
+			c.Close()
 			continue
 		}
 		h.open.Add(1)
@@ -344,23 +345,26 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Stop stops the socket listening (new connections are refused) and waits, wait at most,
-// until the server has accepted every connection that was in the backlog and read from each:
-// from then on they are the server's to answer. Accept then blocks until Close.
+// Stop stops the socket listening (on Linux new connections are refused from then on;
+// elsewhere they wait in the backlog until Close resets them) and waits, wait at most, until
+// the server has accepted every connection that was in the backlog and read from each, as
+// from every connection it accepted before: from then on they are the server's to answer (a
+// server reads a connection only once it has decided to serve it). Accept then blocks until
+// Close.
 func (h *Handoff) Stop(wait time.Duration) {
 	h.l.stop()
 	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		h.l.mu.Lock()
 		n := len(h.l.pending)
 		h.l.mu.Unlock()
-		if n == 0 && h.l.unread.Load() == 0 {
+		if n == 0 && h.l.unread.Load() == 0 && h.l.accepting.Load() == 0 {
 			return
 		}
 	}
 }
 
-// noteRead is a connection handed out of a stopped listener's backlog: its first Read tells
-// the listener that the server has taken it up.
+// noteRead is a connection a Handoff hands out: its first Read tells the listener that the
+// server has taken it up.
 type noteRead struct {
 	net.Conn
 	l    *listener
@@ -385,11 +389,12 @@ func (l *listener) Accept() (net.Conn, error) {
 		if len(l.pending) > 0 {
 			c := l.pending[0]
 			l.pending = l.pending[1:]
-			l.mu.Unlock()
 			if l.t == nil {
-				l.unread.Add(1)
+				l.unread.Add(1) // under mu: Stop never sees it neither pending nor unread
+				l.mu.Unlock()
 				return &noteRead{Conn: c, l: l}, nil
 			}
+			l.mu.Unlock()
 			if wc := l.wrap(c); wc != nil {
 				return wc, nil
 			}
@@ -404,7 +409,16 @@ func (l *listener) Accept() (net.Conn, error) {
 			<-l.closedCh
 			continue
 		}
+		if l.t == nil {
+			l.accepting.Add(1)
+		}
 		c, err := l.Listener.Accept()
+		if l.t == nil {
+			if err == nil {
+				l.unread.Add(1) // before accepting falls: Stop never sees it in neither
+			}
+			l.accepting.Add(-1)
+		}
 		if err != nil {
 			if closing || l.isClosing() {
 				<-l.done
@@ -422,7 +436,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.t == nil {
-			return c, nil
+			return &noteRead{Conn: c, l: l}, nil
 		}
 		if wc := l.wrap(c); wc != nil {
 			return wc, nil
