@@ -299,9 +299,14 @@ func TestGRPCRefusalsAreUnavailable(t *testing.T) {
 			all = append(all, modelOpts("other", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 		}
 		ts, c, _ := newGRPCServer(t, testOptions(), all...)
-		f.gate = make(chan struct{})
+		gate := make(chan struct{})
+		f.gate = gate
+		var opened sync.Once
+		open := func() { opened.Do(func() { close(gate) }) }
+		t.Cleanup(open) // a failed check must not leave the run held
 		img := solidPNG(t, 8, 8, 60)
 		m := ts.s.models.Load().byName["m"][0]
+		entered := f.entered.Load() // the warm-up's runs
 		var wg sync.WaitGroup
 		for i := range 2 { // one runs (held by the gate), one waits: the queue holds 2 samples
 			wg.Go(func() {
@@ -309,6 +314,9 @@ func TestGRPCRefusalsAreUnavailable(t *testing.T) {
 					t.Error(err)
 				}
 			})
+			if i == 0 { // in the run: queueLen is 0 before the submission too
+				waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
+			}
 			waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
 		}
 		var trailer metadata.MD
@@ -319,7 +327,7 @@ func TestGRPCRefusalsAreUnavailable(t *testing.T) {
 		if v := ts.metric(`gateway_requests_total{model="m",version="1",code="503"}`); v != 1 {
 			t.Errorf("%d models: refusals counted %v", models, v)
 		}
-		close(f.gate)
+		open()
 		wg.Wait()
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,8 +46,9 @@ type fakeRunner[T Elem] struct {
 	in                        []T
 	out                       []float32
 	gate                      chan struct{}
-	runs                      chan int // batch sizes, when set
-	rows                      chan []T // copies of the input rows of each run, when set
+	entered                   atomic.Int64 // runs begun (before the gate)
+	runs                      chan int     // batch sizes, when set
+	rows                      chan []T     // copies of the input rows of each run, when set
 	fail                      error
 }
 
@@ -63,6 +65,7 @@ func (f *fakeRunner[T]) MaxBatchSize() int {
 }
 
 func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
+	f.entered.Add(1)
 	if f.gate != nil {
 		<-f.gate
 	}
