@@ -92,11 +92,11 @@ func PendingInput(nc net.Conn) bool {
 // request is written, and it is reset. Closing the listener leaves a gap of up to a
 // scheduling delay (the close waits for the goroutine blocked in Accept to run); the two
 // system calls back to back leave microseconds (docs/internals.md, "The backlog on close").
-// ok is false where the socket could not be stopped so (the caller's Close stops it).
-func stopListening(ln net.Listener) (taken []net.Conn, ok bool) {
+// Where the socket cannot be stopped so, the caller's Close stops it.
+func stopListening(ln net.Listener) (taken []net.Conn) {
 	rc := rawConn(ln)
 	if rc == nil {
-		return nil, false
+		return nil
 	}
 	var fds []int
 	rc.Control(func(fd uintptr) {
@@ -110,7 +110,7 @@ func stopListening(ln net.Listener) (taken []net.Conn, ok bool) {
 			}
 			fds = append(fds, nfd)
 		}
-		ok = unix.Shutdown(int(fd), unix.SHUT_RD) == nil
+		unix.Shutdown(int(fd), unix.SHUT_RD)
 	})
 	for _, nfd := range fds {
 		f := os.NewFile(uintptr(nfd), "accepted")
@@ -120,7 +120,7 @@ func stopListening(ln net.Listener) (taken []net.Conn, ok bool) {
 			taken = append(taken, c)
 		}
 	}
-	return taken, ok
+	return taken
 }
 
 // setUserTimeout sets c's TCP_USER_TIMEOUT (c, or what it wraps, is a TCP connection).

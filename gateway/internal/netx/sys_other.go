@@ -16,7 +16,7 @@ func inBuffer(b, buf []byte) bool { return false }
 func PendingInput(net.Conn) bool { return false }
 
 // stopListening takes nothing here (see sys_linux.go): Close's own close stops the socket.
-func stopListening(net.Listener) ([]net.Conn, bool) { return nil, false }
+func stopListening(net.Listener) []net.Conn { return nil }
 
 // setUserTimeout is Linux's (TCP_USER_TIMEOUT).
 func setUserTimeout(net.Conn, time.Duration) {}

@@ -390,7 +390,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			c := l.pending[0]
 			l.pending = l.pending[1:]
 			if l.t == nil {
-				l.unread.Add(1) // under mu: Stop never sees it neither pending nor unread
+				l.unread.Add(1) // under mu: Stop sees it either pending or unread
 				l.mu.Unlock()
 				return &noteRead{Conn: c, l: l}, nil
 			}
@@ -415,7 +415,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if l.t == nil {
 			if err == nil {
-				l.unread.Add(1) // before accepting falls: Stop never sees it in neither
+				l.unread.Add(1) // before accepting falls: Stop sees it in one or the other
 			}
 			l.accepting.Add(-1)
 		}
@@ -501,7 +501,7 @@ func (l *listener) stop() {
 				l.mu.Unlock()
 			}
 		}
-		last, _ := stopListening(l.Listener) // what arrived since, then no more
+		last := stopListening(l.Listener) // what arrived since, then no more
 		l.mu.Lock()
 		l.pending = append(l.pending, last...)
 		l.stopped = true
