@@ -314,6 +314,7 @@ func (h *Handoff) Accept() (net.Conn, error) {
 			if h.refused != nil {
 				h.refused() // counted before the client can see the close
 			}
+			h.l.unread.Add(-1) // dropped unread: nothing for Stop to wait for
 			c.Close()
 			continue
 		}
@@ -321,7 +322,7 @@ func (h *Handoff) Accept() (net.Conn, error) {
 		if h.userTimeout > 0 {
 			setUserTimeout(c, h.userTimeout)
 		}
-		return &countedConn{Conn: c, h: h}, nil
+		return &handoffConn{Conn: c, h: h}, nil
 	}
 }
 
@@ -331,17 +332,28 @@ func (h *Handoff) Addr() net.Addr { return h.l.Addr() }
 // Open counts the connections open.
 func (h *Handoff) Open() int { return int(h.open.Load()) }
 
-// countedConn is a connection within a Handoff's bound until it is closed.
-type countedConn struct {
+// handoffConn is a connection a Handoff hands out: within its bound until it is closed, and
+// unread (Stop waits for it) until the server's first Read, which tells the listener that the
+// server has taken it up.
+type handoffConn struct {
 	net.Conn
-	h    *Handoff
-	once sync.Once
+	h      *Handoff
+	read   sync.Once
+	closed sync.Once
 }
 
-func (c *countedConn) Unwrap() net.Conn { return c.Conn }
+func (c *handoffConn) taken() { c.h.l.unread.Add(-1) }
 
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.h.open.Add(-1) })
+func (c *handoffConn) Read(b []byte) (int, error) {
+	c.read.Do(c.taken)
+	return c.Conn.Read(b)
+}
+
+func (c *handoffConn) Unwrap() net.Conn { return c.Conn }
+
+func (c *handoffConn) Close() error {
+	c.read.Do(c.taken) // dropped unread: nothing more to wait for
+	c.closed.Do(func() { c.h.open.Add(-1) })
 	return c.Conn.Close()
 }
 
@@ -363,26 +375,6 @@ func (h *Handoff) Stop(wait time.Duration) {
 	}
 }
 
-// noteRead is a connection a Handoff hands out: its first Read tells the listener that the
-// server has taken it up.
-type noteRead struct {
-	net.Conn
-	l    *listener
-	once sync.Once
-}
-
-func (c *noteRead) Read(b []byte) (int, error) {
-	c.once.Do(func() { c.l.unread.Add(-1) })
-	return c.Conn.Read(b)
-}
-
-func (c *noteRead) Unwrap() net.Conn { return c.Conn }
-
-func (c *noteRead) Close() error {
-	c.once.Do(func() { c.l.unread.Add(-1) }) // dropped unread: nothing more to wait for
-	return c.Conn.Close()
-}
-
 func (l *listener) Accept() (net.Conn, error) {
 	for {
 		l.mu.Lock()
@@ -392,7 +384,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			if l.t == nil {
 				l.unread.Add(1) // under mu: Stop sees it either pending or unread
 				l.mu.Unlock()
-				return &noteRead{Conn: c, l: l}, nil
+				return c, nil // the Handoff wraps it
 			}
 			l.mu.Unlock()
 			if wc := l.wrap(c); wc != nil {
@@ -436,7 +428,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.t == nil {
-			return &noteRead{Conn: c, l: l}, nil
+			return c, nil // unread counted above; the Handoff wraps it
 		}
 		if wc := l.wrap(c); wc != nil {
 			return wc, nil
