@@ -33,11 +33,7 @@ func TestHandoffSetsUserTimeout(t *testing.T) {
 	}
 	defer sc.Close()
 	var got int
-	inner := sc
-	for u, ok := inner.(interface{ Unwrap() net.Conn }); ok; u, ok = inner.(interface{ Unwrap() net.Conn }) {
-		inner = u.Unwrap()
-	}
-	rawConn(inner).Control(func(fd uintptr) {
+	rawConn(innermost(sc)).Control(func(fd uintptr) {
 		got, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
 	})
 	if err != nil || got != 20000 {
@@ -69,23 +65,7 @@ func TestListenerCloseResetsNoWrittenRequest(t *testing.T) {
 		late = c
 		time.Sleep(20 * time.Millisecond) // its handshake and request reach the queue
 	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				if _, err := io.ReadFull(c, make([]byte, 1)); err == nil {
-					c.Write([]byte("y"))
-				}
-			}()
-		}
-	}()
+	served := acceptLoop(l.Accept, func(c net.Conn) { answer(c, 0) })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -128,28 +108,12 @@ func TestHandoffServesTheBacklogBeforeTheServerStops(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { h.Stop(2 * time.Second); close(stopped) }()
 	time.Sleep(50 * time.Millisecond) // Stop has taken the backlog before the server's first Accept
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		for {
-			c, err := h.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if quit.Load() {
-					return // a stopping server drops what it accepts
-				}
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				b := make([]byte, 1)
-				if _, err := c.Read(b); err == nil {
-					time.Sleep(20 * time.Millisecond) // answered after the server began to stop
-					c.Write([]byte("y"))
-				}
-			}()
+	served := acceptLoop(h.Accept, func(c net.Conn) {
+		// a stopping server drops what it accepts; the others are answered after it began to stop
+		if !quit.Load() {
+			answer(c, 20*time.Millisecond)
 		}
-	}()
+	})
 	<-stopped
 	quit.Store(true)
 	if _, err := net.DialTimeout("tcp", tcp.Addr().String(), time.Second); err == nil {

@@ -125,14 +125,7 @@ func stopListening(ln net.Listener) (taken []net.Conn) {
 
 // setUserTimeout sets c's TCP_USER_TIMEOUT (c, or what it wraps, is a TCP connection).
 func setUserTimeout(c net.Conn, d time.Duration) {
-	for {
-		if u, ok := c.(interface{ Unwrap() net.Conn }); ok {
-			c = u.Unwrap()
-			continue
-		}
-		break
-	}
-	if rc := rawConn(c); rc != nil {
+	if rc := rawConn(innermost(c)); rc != nil {
 		rc.Control(func(fd uintptr) {
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
 		})

@@ -351,6 +351,17 @@ func (c *handoffConn) Read(b []byte) (int, error) {
 
 func (c *handoffConn) Unwrap() net.Conn { return c.Conn }
 
+// innermost is the connection c wraps, through every Unwrap.
+func innermost(c net.Conn) net.Conn {
+	for {
+		u, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			return c
+		}
+		c = u.Unwrap()
+	}
+}
+
 func (c *handoffConn) Close() error {
 	c.read.Do(c.taken) // dropped unread: nothing more to wait for
 	c.closed.Do(func() { c.h.open.Add(-1) })

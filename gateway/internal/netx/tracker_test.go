@@ -100,6 +100,35 @@ func TestHandoffBoundsConnections(t *testing.T) {
 	}
 }
 
+// acceptLoop accepts until accept fails, serving each connection on a goroutine of its own
+// (which closes it); the channel is closed once accept has failed.
+func acceptLoop(accept func() (net.Conn, error), serve func(net.Conn)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return done
+}
+
+// answer reads a one-byte request and, delay later, writes a one-byte answer (within 5 s).
+func answer(c net.Conn, delay time.Duration) {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 1)); err == nil {
+		time.Sleep(delay)
+		c.Write([]byte("y"))
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -116,27 +145,15 @@ func TestHandoffWaitsForConnectionsAcceptedDuringStop(t *testing.T) {
 	}
 	h := NewHandoff(tcp, HandoffConfig{})
 	var quit atomic.Bool
-	accepted := make(chan struct{})
-	go func() {
-		for {
-			c, err := h.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- struct{}{}
-			go func() {
-				defer c.Close()
-				time.Sleep(100 * time.Millisecond) // the serving goroutine starts late
-				if quit.Load() {
-					return // a stopping server drops what it has not begun to serve
-				}
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				if _, err := io.ReadFull(c, make([]byte, 1)); err == nil {
-					c.Write([]byte("y"))
-				}
-			}()
+	accepted := make(chan struct{}, 1)
+	acceptLoop(h.Accept, func(c net.Conn) {
+		accepted <- struct{}{}
+		time.Sleep(100 * time.Millisecond) // the serving goroutine starts late
+		// a stopping server drops what it has not begun to serve
+		if !quit.Load() {
+			answer(c, 0)
 		}
-	}()
+	})
 	c, err := net.Dial("tcp", tcp.Addr().String())
 	if err != nil {
 		t.Fatal(err)
