@@ -101,8 +101,8 @@ func (c *Config) validateServer(p *problems) {
 	if s.DecodeQueue < 0 || s.DecodeQueue > 100000 {
 		p.add("server.decode_queue", "must be in [0, 100000] (0: from decode_workers), got %d", s.DecodeQueue)
 	}
-	if s.QueueDiscipline != "predict" && s.QueueDiscipline != "codel" {
-		p.add("server.queue_discipline", "must be predict or codel, got %q", s.QueueDiscipline)
+	if s.QueueDiscipline != "predict" && s.QueueDiscipline != "lifo" {
+		p.add("server.queue_discipline", "must be predict or lifo, got %q", s.QueueDiscipline)
 	}
 	if s.MaxConnections < 0 || s.MaxConnections > 1000000 {
 		p.add("server.max_connections", "must be in [1, 1000000], got %d", s.MaxConnections)

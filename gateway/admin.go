@@ -38,8 +38,7 @@ const adminMaxBody = 1 << 20
 
 // ServeAdmin serves the admin API on ln until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener) error {
-	s.adminMu.Lock()
-	s.admin = &fasthttp.Server{
+	srv := &fasthttp.Server{
 		Handler:               s.handleAdmin,
 		Name:                  "imagegate-admin",
 		ReadTimeout:           s.opts.ReadTimeout,
@@ -57,8 +56,10 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 			s.handleParseError(ctx, err) // 431, 408 or 400, in our words
 		},
 	}
-	srv := s.admin
-	s.adminMu.Unlock()
+	if !s.serving(func(l *lifecycle) { l.admin = srv }) {
+		ln.Close() // a drain has begun
+		return nil
+	}
 	return srv.Serve(ln)
 }
 

@@ -4,16 +4,18 @@
 // decodes on dedicated threads behind a deadline-aware gate, each model's batcher, the answer.
 // Errors are classified in one place (errors.go) and every stage is counted (metrics.go).
 //
-// Where things are: server.go (Server, New, the model table), drain.go (Serve, Shutdown's
-// drain), reload.go (the model repository and reloads), model.go (one served model version),
+// Where things are: server.go (Server, New, the model table), lifecycle.go (the server's
+// phases, starting to stopped, and their transitions), drain.go (Serve, Shutdown's drain),
+// admission.go (the door every entry asks before a body is read, and every refusal's message
+// and counting), reload.go (the model repository and reloads), model.go (one served model version),
 // routes.go (routing), pipeline.go (an inference request's stages, the same for every
 // transport), transport.go and http.go (what a transport provides; HTTP/1's), grpc.go (gRPC's
-// transport and front end) and grpc_service.go (the gRPC server: its other RPCs, health, the
-// early refusal, the drain), predict.go and v2.go (the front ends), expect.go (Expect:
+// transport and front end) and grpc_service.go (the gRPC server: its other RPCs, health, its
+// door in the tap, the drain), predict.go and v2.go (the front ends), expect.go (Expect:
 // 100-continue), admin.go (the admin API), observe.go (request IDs, stage times,
 // Server-Timing), trace.go (OpenTelemetry spans), access.go (the access log), watchdog.go
-// (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (memory
-// budget, decode gate), internal/sched (decode and model threads), internal/netx
+// (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (admission: the
+// memory budget, the decode gate, the queue-target policy, the door's decision), internal/sched (decode and model threads), internal/netx
 // (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
 // counters), internal/grpcio (the gRPC server's codec and buffer pool), internal/grpcapi
 // (the gRPC API's protocol side: options, codes, health, streams, statistics),

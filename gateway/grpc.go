@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
@@ -49,11 +50,13 @@ type grpcResult struct {
 
 // grpcInfer runs one ModelInfer request through the pipeline. md is the call's metadata: its
 // x-request-id (unary calls only: a stream's requests are told apart by their ids),
-// traceparent and tracestate.
-func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool) (*inference.ModelInferResponse, error) {
+// traceparent and tracestate; incoming, the call's place in the decode line since the tap
+// (zero: none), which the request takes over.
+func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, incoming admit.Ticket) (*inference.ModelInferResponse, error) {
 	name, tensorOnly := strings.CutSuffix(req.GetModelName(), tensorSuffix)
 	m, err := s.lookup(name, req.GetModelVersion())
 	if err != nil {
+		s.adm.Gate.Arrived(incoming)
 		status, reason := s.classify(err)
 		s.met.unknown.Observe(status, reason, 0)
 		if !stream && retryable(reason) {
@@ -63,6 +66,7 @@ func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest
 	}
 	defer m.done()
 	r := s.newRequest(m, grpcAPI{tensorOnly: tensorOnly})
+	r.incoming = incoming // in line since the tap, until the request reaches the decode gate
 	var res grpcResult
 	r.grpc = grpcTransport{ctx: ctx, req: req, res: &res, stream: stream}
 	r.t = &r.grpc
@@ -144,7 +148,11 @@ func (t *grpcTransport) watchGone(_ *request, gone func()) (release func()) {
 }
 
 func (t *grpcTransport) fail(r *request, status int, msg string, retry bool) {
-	if retry && !t.stream {
+	switch {
+	case t.stream:
+	case retry && r.meta.refusal != "":
+		grpc.SetTrailer(t.ctx, metadata.Pairs("retry-after", r.s.retryAfter, "x-refusal", r.meta.refusal)) // HTTP's X-Refusal
+	case retry:
 		grpc.SetTrailer(t.ctx, metadata.Pairs("retry-after", r.s.retryAfter))
 	}
 	t.res.err = grpcapi.Error(status, msg)

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/imagegate/imagegate/batcher"
-	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/stats"
 	"github.com/imagegate/imagegate/gateway/internal/watchdog"
@@ -146,7 +145,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 		return nil, fmt.Errorf("gateway: model %s: %w", o.Name, err)
 	}
 	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
-	m.queueTarget = o.Batching.QueueTarget
+	m.queueTarget = o.QueueTarget
 	m.met = met.model(m)
 	m.stats = stats.New(m.maxBatch)
 	met.instances.Add(int64(m.instances))
@@ -286,9 +285,6 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
-	if bc.QueueFloor == 0 {
-		bc.QueueFloor = admit.QueueFloor
-	}
 	if bc.StartLoop == nil {
 		// Model runs go after the threads that accept, refuse and answer, and before decodes.
 		bc.StartLoop = threads.ModelLoop
@@ -305,7 +301,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 			}
 		},
 		Dropped: func(r batcher.DropReason) {
-			if c := m.met.dropped[r]; c != nil {
+			if c := m.met.dropped[r.String()]; c != nil {
 				c.Inc()
 			}
 		},

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -37,10 +38,12 @@ type Options struct {
 	// once (503). Requests that could not be decoded and run before their deadline are
 	// refused on arrival and dropped from the queue instead of being decoded.
 	DecodeQueue int
-	// QueueDiscipline is how the decode queue keeps to each model's queue target
-	// (Batching.QueueTarget): "predict" (the zero value) refuses a request on its headers when
-	// its predicted wait exceeds the target; "codel" queues it and, once the queue stands
-	// above the target, serves the newest first and sheds the waiters past the target.
+	// QueueDiscipline is how the line keeps to each model's queue target
+	// (ModelOptions.QueueTarget), beyond the floor of a closed loop's line (admit.Floor):
+	// "predict" (the zero value) refuses a request on its headers when its predicted wait
+	// exceeds the target once the line stands; "lifo" takes a line longer than the floor for a
+	// spike and, during it, admits a short line, serves the newest first and drops the waiters
+	// past the target (admit.Discipline).
 	QueueDiscipline string
 	// MaxConnections bounds open connections. At the limit the longest-idle keep-alive
 	// connection is closed to admit a new one; when none is idle, a new connection is
@@ -82,10 +85,8 @@ func (o *Options) validate() error {
 	pos("DecodeWorkers", int64(o.DecodeWorkers))
 	pos("DecodeQueue", int64(o.DecodeQueue))
 	pos("MaxConnections", int64(o.MaxConnections))
-	switch o.QueueDiscipline {
-	case "", "predict", "codel":
-	default:
-		errs = append(errs, fmt.Errorf("QueueDiscipline must be predict or codel, got %q", o.QueueDiscipline))
+	if _, ok := admit.ParseDiscipline(o.QueueDiscipline); !ok {
+		errs = append(errs, fmt.Errorf("QueueDiscipline must be predict or lifo, got %q", o.QueueDiscipline))
 	}
 	if o.DrainDelay < 0 || o.RetryAfter < 0 {
 		errs = append(errs, errors.New("DrainDelay and RetryAfter must not be negative"))
@@ -150,6 +151,9 @@ type ModelOptions struct {
 	// batch loops run on model threads of their own (a niceness between the decodes' and the
 	// rest's) unless StartLoop is set.
 	Batching batcher.Config
+	// QueueTarget bounds the time a request may wait in line, for a decode worker and in the
+	// batcher, by Options.QueueDiscipline (0: no bound but its deadline).
+	QueueTarget time.Duration
 	// DefaultTimeout is a request's deadline; a request may only shorten it.
 	DefaultTimeout time.Duration
 	// Runners run the model, one batch loop each.

@@ -126,13 +126,13 @@ func (s *Server) applyFrom(scope string) error {
 // apply makes the served versions of the models in scope (every model when scope is empty)
 // exactly those specs names, loading what is new or changed before any swap. s.applyMu held.
 func (s *Server) apply(specs []ModelSpec, scope string) error {
-	if s.stopped {
+	if s.phase() >= phaseStopped {
 		return errStopped
 	}
 	cur := s.models.Load()
 	ch := s.change(cur, specs, scope)
 	t := newModelTable(ch.next, cur.first, specs, scope)
-	if s.closing.Load() {
+	if s.phase() >= phaseStopped {
 		// Shutdown has stopped waiting for this reload and closes the models it knows: what
 		// this one built is closed here rather than installed, and nothing is retired.
 		for _, m := range ch.fresh {
@@ -275,7 +275,9 @@ func (s *Server) install(t *modelTable, ch modelChange) {
 	for _, m := range ch.retired {
 		s.retire(m)
 	}
-	s.ready.Store(!s.draining.Load() && len(t.byName) > 0)
+	if len(t.byName) > 0 {
+		s.advance(phaseReady) // from starting; later phases stay
+	}
 }
 
 // build loads a model version and warms it.

@@ -160,7 +160,7 @@ func (ts *testServer) do(method, path, ct string, body []byte, hdr ...string) re
 		return reply{status: -1, body: []byte(err.Error())}
 	}
 	r := reply{status: resp.StatusCode(), header: map[string]string{}, body: append([]byte(nil), resp.Body()...)}
-	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection", "X-Request-ID", "Server-Timing"} {
+	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection", "X-Request-ID", "Server-Timing", "X-Refusal"} {
 		if v := resp.Header.Peek(k); v != nil {
 			r.header[k] = string(v)
 		}
@@ -479,19 +479,19 @@ func TestMemoryBudgetRefusesAtOnce(t *testing.T) {
 	o.MaxInflightBytes = 8 << 20
 	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 	s := ts.s
-	if !s.mem.Reserve(8<<20 - 1000) { // held by "other requests"
+	if !s.adm.Mem.Reserve(8<<20 - 1000) { // held by "other requests"
 		t.Fatal("reserve")
 	}
 	r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1))
 	if r.status != 503 || r.header["Retry-After"] == "" || !strings.Contains(string(r.body), "max_inflight_bytes") {
 		t.Fatalf("budget exhausted: %d %v %s", r.status, r.header, r.body)
 	}
-	s.mem.Release(8<<20 - 1000)
+	s.adm.Mem.Release(8<<20 - 1000)
 	if r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1)); r.status != 200 {
 		t.Fatalf("budget free: %d %s", r.status, r.body)
 	}
-	if s.mem.Used() != 0 {
-		t.Fatalf("%d bytes still reserved after every request finished", s.mem.Used())
+	if s.adm.Mem.Used() != 0 {
+		t.Fatalf("%d bytes still reserved after every request finished", s.adm.Mem.Used())
 	}
 	if v := ts.metric(`gateway_refusals_total{stage="memory"}`); v != 1 {
 		t.Errorf("refusals{memory} = %v", v)
@@ -708,10 +708,10 @@ func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
 		}
 	}
 	for range 3 { // three decodes of 2 s each, as the gate sees them
-		if err := ts.s.gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 0, false, 0); err != nil {
+		if err := ts.s.adm.Gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 0, false, 0); err != nil {
 			t.Fatal(err)
 		}
-		ts.s.gate.Release(0, false, 2*time.Second)
+		ts.s.adm.Gate.Release(0, false, 2*time.Second)
 	}
 	for range 5 {
 		if r := ts.do("POST", "/models/m/predict", "image/png", img, "X-Request-Timeout", "200"); r.status != 200 {

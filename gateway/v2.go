@@ -84,7 +84,7 @@ func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 		}
 		writeJSONRaw(ctx, 200, `{"live":true}`)
 	case path == "/v2/health/ready":
-		if s.ready.Load() {
+		if s.ready() {
 			writeJSONRaw(ctx, 200, `{"ready":true}`)
 		} else {
 			writeJSONRaw(ctx, fasthttp.StatusServiceUnavailable, `{"ready":false}`)
@@ -136,7 +136,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 	}
 	m, err := s.lookup(name, version)
 	if err != nil {
-		s.lookupFailed(ctx, err, tail == "infer") // inference requests are counted; metadata and readiness are not
+		s.lookupFailed(ctx, err, false) // metadata and readiness are not counted (inference: handleInference)
 		return
 	}
 	defer m.done()
@@ -148,7 +148,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 	case "":
 		s.modelMetadata(ctx, m, tensorOnly)
 	case "ready":
-		ready := s.ready.Load() && !m.closing.Load()
+		ready := s.ready() && !m.closing.Load()
 		status := 200
 		if !ready {
 			status = fasthttp.StatusServiceUnavailable
@@ -156,14 +156,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		s.writeJSON(ctx, status, map[string]any{"name": m.name + map[bool]string{true: tensorSuffix}[tensorOnly], "ready": ready})
 	case "config":
 		s.modelConfig(ctx, m, tensorOnly)
-	case "infer":
-		if !ctx.IsPost() {
-			m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
-			s.methodNotAllowed(ctx, "POST")
-			return
-		}
-		s.serveInference(ctx, m, v2API{tensorOnly: tensorOnly})
-	default:
+	default: // infer is routed before (inferenceRoute)
 		s.notFound(ctx, "/v2/models/"+rest)
 	}
 }

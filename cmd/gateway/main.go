@@ -415,7 +415,6 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
 		Priorities:          m.Batching.Priorities,
-		QueueTarget:         m.Batching.QueueTarget.D(),
 	}
 	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}
@@ -428,7 +427,8 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 	}
 	mo := gateway.ModelOptions{
 		Name: m.Name, Labels: labels, InputName: m.Input.Name, OutputName: m.Output.Name,
-		Preprocess: po, Batching: bc, DefaultTimeout: m.Batching.DefaultTimeout.D(), Parameters: parameters(comp),
+		Preprocess: po, Batching: bc, QueueTarget: m.Batching.QueueTarget.D(), DefaultTimeout: m.Batching.DefaultTimeout.D(),
+		Parameters: parameters(comp),
 	}
 	switch m.Input.Type { // Complete took it from the model
 	case "float32":

@@ -36,7 +36,7 @@ import (
 var (
 	longForm   = flag.Bool("reliability.long", false, "run the reliability scenarios in their long form and check their targets")
 	reportPath = flag.String("reliability.report", "", "write the scenarios' tables (Markdown) to this file")
-	overrides  = flag.String("reliability.set", "", "configuration overrides for the load scenarios, key=value[,key=value] (server.queue_discipline=codel): to compare settings")
+	overrides  = flag.String("reliability.set", "", "configuration overrides for the load scenarios, key=value[,key=value] (server.queue_discipline=lifo): to compare settings")
 )
 
 // loadOverrides parses -reliability.set.
