@@ -43,6 +43,7 @@ type sample struct {
 	status   int32
 	kind     errKind
 	warm     bool
+	expired  bool  // a refusal the server marked as given after the request waited (RefusalHeader)
 	err      error // kept only for the first error of each kind
 }
 
@@ -423,6 +424,7 @@ func (w *worker) do(start time.Time, seq, intended int64, warm bool) sample {
 	} else {
 		s.status = int32(w.resp.StatusCode())
 		s.bytesIn = int64(len(w.resp.Body()))
+		s.expired = string(w.resp.Header.Peek(RefusalHeader)) == RefusalExpired
 	}
 	w.resp.Reset()
 	return s
