@@ -283,7 +283,7 @@ func (a grpcAPI) write(r *request) error {
 		if k := o.Classification; k > 0 {
 			t.Datatype, t.Shape = "BYTES", []int64{int64(n), int64(k)}
 			for i := range n {
-				sc := r.samples.scores(i)
+				sc := r.samples.output(i, scoresOutput)
 				for _, idx := range topIndices(sc, k) {
 					raw = wire.AppendBytesElement(raw, []byte(classString(sc[idx], idx, m.labels[idx])))
 				}
@@ -292,7 +292,7 @@ func (a grpcAPI) write(r *request) error {
 			t.Datatype, t.Shape = "FP32", []int64{int64(n), int64(m.classes)}
 			raw = make([]byte, 0, n*m.classes*4)
 			for i := range n {
-				for _, f := range r.samples.scores(i) {
+				for _, f := range r.samples.output(i, scoresOutput) {
 					raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(f))
 				}
 			}

@@ -114,16 +114,40 @@ func (o *Options) validate() error {
 type Elem interface{ float32 | uint8 }
 
 // Runner runs one instance of a model: a session with input rows to fill and a Run over the
-// first n of them. The gateway calls each Runner from one batch loop only; it need not be
-// safe for concurrent use.
+// first n of them that hands back each of the model's outputs. The gateway calls each Runner
+// from one batch loop only; it need not be safe for concurrent use.
 type Runner[T Elem] interface {
 	// Input returns row i (RowLen values) of the input buffer, to be filled before Run.
 	Input(i int) []T
-	// Run runs the first n rows and returns n*Classes scores, valid until the next Run.
-	Run(n int) ([]float32, error)
-	Classes() int
+	// Run runs the first n rows. It returns one slice per output, in Outputs' order, each
+	// holding the n samples' values one after another (sample i's are [i*size, (i+1)*size),
+	// size being Output.Size), valid until the next Run.
+	Run(n int) ([][]float32, error)
+	// Outputs describes the model's outputs: names and per-sample shapes. A classifier's
+	// first output is its scores, one per label.
+	Outputs() []Output
 	RowLen() int
 	MaxBatchSize() int
+}
+
+// Output is one of a model's output tensors: its name and one sample's shape (without the batch
+// axis: [1000] for a classifier's scores, [N, 4] for a detector's boxes).
+type Output struct {
+	Name  string
+	Shape []int64
+}
+
+// Size is the number of values of one sample (the product of Shape; 0 with an unknown
+// dimension).
+func (o Output) Size() int {
+	n := 1
+	for _, d := range o.Shape {
+		if d <= 0 {
+			return 0
+		}
+		n *= int(d)
+	}
+	return n
 }
 
 // Runners are a model's instances, one batch loop each: a RunnersOf[float32] or a
@@ -142,8 +166,9 @@ type ModelOptions struct {
 	Name, Version string
 	// Labels name the output classes, in index order.
 	Labels []string
-	// InputName and OutputName are the tensor names the Open Inference Protocol shows.
-	InputName, OutputName string
+	// InputName is the input tensor's name the Open Inference Protocol shows (the outputs'
+	// are the runners', Runner.Outputs).
+	InputName string
 	// Preprocess turns an encoded image into one input row (its Width, Height and Layout are
 	// the input's shape).
 	Preprocess preprocess.Options

@@ -40,11 +40,12 @@ import (
 // real binary with the real runtime.)
 
 // fakeRunner answers, for each row, classes scores: score k = mean(row) + k/1000, so each
-// request's answer depends on its own image. With gate set, Run waits for a receive on it.
+// request's answer depends on its own image; its second output, "sum", is the row's sum. With
+// gate set, Run waits for a receive on it.
 type fakeRunner[T Elem] struct {
 	rowLen, classes, maxBatch int
 	in                        []T
-	out                       []float32
+	out, sum                  []float32
 	gate                      chan struct{}
 	entered                   atomic.Int64 // runs begun (before the gate)
 	runs                      chan int     // batch sizes, when set
@@ -54,17 +55,19 @@ type fakeRunner[T Elem] struct {
 
 func newFake[T Elem](rowLen, classes, maxBatch int) *fakeRunner[T] {
 	return &fakeRunner[T]{rowLen: rowLen, classes: classes, maxBatch: maxBatch,
-		in: make([]T, rowLen*maxBatch), out: make([]float32, classes*maxBatch)}
+		in: make([]T, rowLen*maxBatch), out: make([]float32, classes*maxBatch), sum: make([]float32, maxBatch)}
 }
 
 func (f *fakeRunner[T]) Input(i int) []T { return f.in[i*f.rowLen : (i+1)*f.rowLen] }
-func (f *fakeRunner[T]) Classes() int    { return f.classes }
-func (f *fakeRunner[T]) RowLen() int     { return f.rowLen }
+func (f *fakeRunner[T]) Outputs() []Output {
+	return []Output{{Name: "output", Shape: []int64{int64(f.classes)}}, {Name: "sum", Shape: []int64{1}}}
+}
+func (f *fakeRunner[T]) RowLen() int { return f.rowLen }
 func (f *fakeRunner[T]) MaxBatchSize() int {
 	return f.maxBatch
 }
 
-func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
+func (f *fakeRunner[T]) Run(n int) ([][]float32, error) {
 	f.entered.Add(1)
 	if f.gate != nil {
 		<-f.gate
@@ -89,8 +92,9 @@ func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
 		for k := range f.classes {
 			f.out[i*f.classes+k] = mean + float32(k)/1000
 		}
+		f.sum[i] = float32(sum)
 	}
-	return f.out[:n*f.classes], nil
+	return [][]float32{f.out[:n*f.classes], f.sum[:n]}, nil
 }
 
 const side = 8 // the fake model's input: 8x8 RGB
@@ -104,7 +108,7 @@ func testOptions() Options {
 
 func modelOpts(name string, runners Runners) ModelOptions {
 	return ModelOptions{
-		Name: name, Labels: []string{"a", "b", "c"}, InputName: "input", OutputName: "output",
+		Name: name, Labels: []string{"a", "b", "c"}, InputName: "input",
 		Preprocess:     preprocess.Options{Width: side, Height: side, Resize: side, Mode: preprocess.ModeStretch, Scale: preprocess.ScaleRaw},
 		Batching:       batcher.Config{MaxBatchSize: 4, MaxQueueSize: 8},
 		DefaultTimeout: 10 * time.Second,

@@ -503,7 +503,7 @@ func (a v2API) write(r *request) error {
 			b = append(b, ']')
 			var data []byte
 			for i := range n {
-				sc := r.samples.scores(i)
+				sc := r.samples.output(i, scoresOutput)
 				for _, idx := range topIndices(sc, k) {
 					e := classString(sc[idx], idx, m.labels[idx])
 					if binaryOut {
@@ -529,14 +529,14 @@ func (a v2API) write(r *request) error {
 			b = append(b, ']')
 			if binaryOut {
 				for i := range n {
-					for _, f := range r.samples.scores(i) {
+					for _, f := range r.samples.output(i, scoresOutput) {
 						bin = binary.LittleEndian.AppendUint32(bin, math.Float32bits(f))
 					}
 				}
 			} else {
 				b = append(b, `,"data":[`...)
 				for i := range n {
-					for j, f := range r.samples.scores(i) {
+					for j, f := range r.samples.output(i, scoresOutput) {
 						if i > 0 || j > 0 {
 							b = append(b, ',')
 						}

@@ -426,7 +426,7 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		}
 	}
 	mo := gateway.ModelOptions{
-		Name: m.Name, Labels: labels, InputName: m.Input.Name, OutputName: m.Output.Name,
+		Name: m.Name, Labels: labels, InputName: m.Input.Name,
 		Preprocess: po, Batching: bc, QueueTarget: m.Batching.QueueTarget.D(), DefaultTimeout: m.Batching.DefaultTimeout.D(),
 		Parameters: parameters(comp),
 	}
@@ -458,7 +458,7 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 		if i > 0 && m.Runtime.ShareSession() {
 			s := ss[0].Share()
 			ss = append(ss, s)
-			runners = append(runners, s)
+			runners = append(runners, newRunner(s, m.Output.Name))
 			continue
 		}
 		optimized := m.Runtime.OptimizedModelPath
@@ -477,7 +477,7 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 			return nil, nil, err
 		}
 		ss = append(ss, s)
-		runners = append(runners, s)
+		runners = append(runners, newRunner(s, m.Output.Name))
 	}
 	return runners, closeAll, nil
 }
