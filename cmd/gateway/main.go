@@ -69,6 +69,10 @@ func main() {
 	}
 }
 
+// run is the gateway's life, one step after another: the configuration, the process's settings
+// and ONNX Runtime, the server with every model loaded and warmed (-check ends there), the
+// listeners, the reloads (SIGHUP, repository.poll), then the wait for SIGTERM or SIGINT and the
+// drain.
 func run(o *options, src source, log *slog.Logger) error {
 	start := time.Now()
 	repo := &repository{load: src.load, path: src.name, listen: src.listen, listenFrom: src.listenFrom, log: log}
@@ -80,25 +84,11 @@ func run(o *options, src source, log *slog.Logger) error {
 	if o.printConfig {
 		return printConfig(os.Stdout, cfg, src.name)
 	}
-	log = newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
-	repo.log = log
-	slog.SetDefault(log) // what packages log without a logger of their own (runtime/ort's model cache)
-	check := o.check
-	lib := ort.FindLibrary(cfg.ONNXRuntime.Library)
-	if err := ort.Init(lib); err != nil {
-		return err
-	}
-	token, err := adminToken(cfg.Server.AdminTokenFile)
+	log = configureLogs(cfg, repo)
+	lib, token, err := setUpProcess(cfg, log)
 	if err != nil {
 		return err
 	}
-	listeners := 1
-	if cfg.Server.GRPCListen != "off" {
-		listeners = 2 // the gRPC listener has its own max_connections
-	}
-	checkFileLimit(listeners*cfg.Server.MaxConnections, log)
-	setProcs(cfg, log)
-	setGC(log)
 	traces, err := tracerProvider(log)
 	if err != nil {
 		return err
@@ -108,34 +98,96 @@ func run(o *options, src source, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	closeNow := func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // nothing was served: no drain to wait for
-		srv.Shutdown(ctx)
-	}
 	// Every model is loaded (and checked against its configuration: labels, preprocessing,
 	// input size) and warmed before the server listens; -check stops there. (Listening first,
 	// to answer health checks during the load, slowed a start measured with frequent probes,
 	// bench/history.md; a startupProbe covers the load.)
 	if err := srv.Reload(); err != nil {
-		closeNow()
+		closeNow(srv)
 		return err
 	}
-	if check {
-		for _, m := range cfg.Models {
-			fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
-		}
-		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
-		closeNow()
+	if o.check {
+		reportCheck(cfg, src, lib)
+		closeNow(srv)
 		return nil
 	}
+	l, err := listen(srv, cfg, o, token, log)
+	if err != nil {
+		closeNow(srv)
+		return err
+	}
+	log.Info("serving", "addr", l.addr, "models", len(cfg.Models), "onnxruntime", ort.Version(),
+		"startup", time.Since(start).Round(time.Millisecond))
+	r := startReloads(srv, repo, cfg, log)
+	sig := make(chan os.Signal, 8) // a burst of signals is not dropped (the drain logs each)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if err := waitForStop(sig, l.served, r, cfg, log); err != nil {
+		closeNow(srv)
+		return err
+	}
+	defer ignoreSignals(sig, log)()
+	return drain(srv, cfg, l, r, log)
+}
+
+// configureLogs makes the configuration's log settings the process's (and the repository's).
+func configureLogs(cfg *configs.Config, repo *repository) *slog.Logger {
+	log := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
+	repo.log = log
+	slog.SetDefault(log) // what packages log without a logger of their own (runtime/ort's model cache)
+	return log
+}
+
+// setUpProcess loads ONNX Runtime (the library's path is returned) and reads the admin token,
+// then makes the settings of the whole process: the open-file limit, GOMAXPROCS, the GC.
+func setUpProcess(cfg *configs.Config, log *slog.Logger) (lib, token string, err error) {
+	lib = ort.FindLibrary(cfg.ONNXRuntime.Library)
+	if err := ort.Init(lib); err != nil {
+		return "", "", err
+	}
+	if token, err = adminToken(cfg.Server.AdminTokenFile); err != nil {
+		return "", "", err
+	}
+	listeners := 1
+	if cfg.Server.GRPCListen != "off" {
+		listeners = 2 // the gRPC listener has its own max_connections
+	}
+	checkFileLimit(listeners*cfg.Server.MaxConnections, log)
+	setProcs(cfg, log)
+	setGC(log)
+	return lib, token, nil
+}
+
+// closeNow stops a server that served nothing: no drain to wait for.
+func closeNow(srv *gateway.Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	srv.Shutdown(ctx)
+}
+
+// reportCheck says what -check found valid.
+func reportCheck(cfg *configs.Config, src source, lib string) {
+	for _, m := range cfg.Models {
+		fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
+	}
+	fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
+}
+
+// listening is the public listener and how its Serve ended.
+type listening struct {
+	ln     net.Listener
+	addr   string
+	served chan error
+}
+
+// listen opens the listeners and serves on them: the public one (it must open), the admin API
+// and gRPC (each served if its address can be had; a gRPC address set explicitly must open).
+func listen(srv *gateway.Server, cfg *configs.Config, o *options, token string, log *slog.Logger) (*listening, error) {
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
-		closeNow()
-		return fmt.Errorf("cannot listen on %s (-listen, $IMAGEGATE_LISTEN or server.listen): %w", cfg.Server.Listen, err)
+		return nil, fmt.Errorf("cannot listen on %s (-listen, $IMAGEGATE_LISTEN or server.listen): %w", cfg.Server.Listen, err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	l := &listening{ln: ln, addr: ln.Addr().String(), served: make(chan error, 1)}
+	go func() { l.served <- srv.Serve(ln) }()
 	if a := cfg.Server.AdminListen; a != "off" {
 		if aln, err := net.Listen("tcp", a); err != nil {
 			// Several gateways on one host: the second finds the default port taken. It
@@ -150,8 +202,8 @@ func run(o *options, src source, log *slog.Logger) error {
 		gln, err := net.Listen("tcp", a)
 		switch {
 		case err != nil && o.grpcListenExplicit():
-			closeNow()
-			return fmt.Errorf("cannot listen for gRPC on %s (-grpc-listen, $%s or server.grpc_listen): %w", a, grpcListenEnv, err)
+			ln.Close()
+			return nil, fmt.Errorf("cannot listen for gRPC on %s (-grpc-listen, $%s or server.grpc_listen): %w", a, grpcListenEnv, err)
 		case err != nil:
 			// Several gateways on one host: the second finds the default port taken. It
 			// serves HTTP without gRPC rather than not at all.
@@ -165,17 +217,25 @@ func run(o *options, src source, log *slog.Logger) error {
 			log.Info("grpc", "addr", gln.Addr().String())
 		}
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "models", len(cfg.Models), "onnxruntime", ort.Version(),
-		"startup", time.Since(start).Round(time.Millisecond))
+	return l, nil
+}
 
-	stopPoll := make(chan struct{})
-	var polling sync.WaitGroup
+// reloading is the reloads' machinery: repository.poll's loop and SIGHUP's.
+type reloading struct {
+	stopPoll chan struct{}
+	requests chan struct{} // SIGHUP's, one pending at most
+	wg       sync.WaitGroup
+}
+
+// startReloads starts repository.poll's loop (when set) and the loop that reloads on SIGHUP,
+// off the signal loop: a SIGTERM is never kept waiting.
+func startReloads(srv *gateway.Server, repo *repository, cfg *configs.Config, log *slog.Logger) *reloading {
+	r := &reloading{stopPoll: make(chan struct{}), requests: make(chan struct{}, 1)}
 	if d := cfg.Repository.Poll.D(); d > 0 {
-		polling.Go(func() { repo.poll(srv, d, stopPoll) })
+		r.wg.Go(func() { repo.poll(srv, d, r.stopPoll) })
 	}
-	reloads := make(chan struct{}, 1)
-	polling.Go(func() { // SIGHUP's reloads, off the signal loop: a SIGTERM is never kept waiting
-		for range reloads {
+	r.wg.Go(func() {
+		for range r.requests {
 			t := time.Now()
 			if err := srv.Reload(); err != nil {
 				log.Error("reload failed: what was served is still served", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
@@ -184,33 +244,44 @@ func run(o *options, src source, log *slog.Logger) error {
 			}
 		}
 	})
-	sig := make(chan os.Signal, 8) // a burst of signals is not dropped (the drain logs each)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-wait:
+	return r
+}
+
+// stop ends the reloads' loops (a reload in progress finishes).
+func (r *reloading) stop() {
+	close(r.stopPoll)
+	close(r.requests)
+}
+
+// waitForStop serves until SIGTERM or SIGINT (nil: drain now), passing each SIGHUP to the
+// reloads; it returns the error of a public listener that stopped serving.
+func waitForStop(sig <-chan os.Signal, served <-chan error, r *reloading, cfg *configs.Config, log *slog.Logger) error {
 	for {
 		select {
 		case s := <-sig:
 			if s == syscall.SIGHUP {
 				select {
-				case reloads <- struct{}{}:
+				case r.requests <- struct{}{}:
 				default: // a reload is pending already: it will read the latest files
 				}
 				continue
 			}
 			log.Info("draining", "signal", s.String(), "drain_delay", cfg.Server.DrainDelay.D(), "shutdown_timeout", cfg.Server.ShutdownTimeout.D())
-			break wait
+			return nil
 		case err := <-served:
 			if err != nil {
-				closeNow()
 				return fmt.Errorf("serve: %w", err)
 			}
 		}
 	}
-	// Signals during the drain are noted and ignored: a SIGHUP (logrotate, a config tool) or a
-	// second SIGTERM (a supervisor repeating itself) must not end the drain with the default
-	// action, killing the process under the requests it is answering.
+}
+
+// ignoreSignals notes and ignores the signals that arrive during the drain, until the returned
+// function is called: a SIGHUP (logrotate, a config tool) or a second SIGTERM (a supervisor
+// repeating itself) must not end the drain with the default action, killing the process under
+// the requests it is answering.
+func ignoreSignals(sig chan os.Signal, log *slog.Logger) (done func()) {
 	drained := make(chan struct{})
-	defer close(drained)
 	go func() {
 		for {
 			select {
@@ -222,27 +293,31 @@ wait:
 			}
 		}
 	}()
-	close(stopPoll)
-	close(reloads)
+	return func() { close(drained) }
+}
+
+// drain stops the reloads and drains the server: shutdown_timeout bounds the wait for requests
+// in flight, after drain_delay; then the requests still waiting are answered 503 and the
+// server exits once all are answered.
+func drain(srv *gateway.Server, cfg *configs.Config, l *listening, r *reloading, log *slog.Logger) error {
+	r.stop()
 	stopStart := time.Now()
-	// shutdown_timeout bounds the wait for requests in flight, after drain_delay; then the
-	// requests still waiting are answered 503 and the server exits once all are answered.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainDelay.D()+cfg.Server.ShutdownTimeout.D())
 	defer cancel()
-	err = srv.Shutdown(ctx)
+	err := srv.Shutdown(ctx)
 	// A reload in progress when the drain began (SIGHUP, repository.poll) may finish within the
 	// drain's bound for it; the process does not wait longer (Shutdown refuses what it would
 	// install).
 	reloaded := make(chan struct{})
-	go func() { polling.Wait(); close(reloaded) }()
+	go func() { r.wg.Wait(); close(reloaded) }()
 	select {
 	case <-reloaded:
 	case <-time.After(gateway.ShutdownTail):
 		log.Warn("a model reload is still running: exiting without it")
 	}
-	ln.Close() // in case the signal came before Serve took the listener
+	l.ln.Close() // in case the signal came before Serve took the listener
 	select {
-	case e := <-served:
+	case e := <-l.served:
 		if e != nil && !errors.Is(e, net.ErrClosed) {
 			err = errors.Join(err, e)
 		}
