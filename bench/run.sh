@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench: the side-by-side benchmark report, docs/benchmarks.md.
+# make bench: the side-by-side benchmark report, docs/benchmarks.md, and the README's performance
+# table taken from it (bench/readme.sh).
 #
 # On this machine, one after another, on the article's payload ../shared/seed/rime_5868.json:
 #   1. the article's naive PyTorch + FastAPI service (bench/torch_service)
@@ -527,3 +528,8 @@ label() {
   fi
 } >"$REPORT"
 log "wrote $REPORT"
+# The README's performance table follows the report (the default report only).
+if [ "$REPORT" = docs/benchmarks.md ]; then
+  bench/readme.sh -update
+  log "updated README.md's performance table"
+fi
