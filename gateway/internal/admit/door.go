@@ -97,13 +97,13 @@ func (c *Control) Door(a Ask) Verdict {
 		return Verdict{Refusal: QueueFull, Count: m.Pending}
 	}
 	var gateAnswer, gateWait time.Duration
-	line := int(m.Pending)
+	samples, requests := int(m.Pending), int(m.Pending) // in line: the model's samples; the requests
 	if a.Decodes {
 		if n := c.Gate.waiting.Load(); int(n) >= c.cfg.DecodeQueue {
 			return Verdict{Refusal: DecodeQueueFull, Count: int64(n)}
 		}
 		gateAnswer, gateWait = c.Gate.PredictWait(), c.Gate.QueueWait()
-		line = max(line, c.Gate.InLine())
+		requests = c.Gate.InLine() // one place at most per request, whatever its samples
 	}
 	first := int64(FirstChunk)
 	if a.Declared >= 0 {
@@ -121,7 +121,7 @@ func (c *Control) Door(a Ask) Verdict {
 	}
 	// The queue bounded by time: the predicted wait in line (for a decode worker, the requests
 	// still reading their bodies counted, and in the batcher) against the model's target.
-	if wait := m.Wait + gateWait; c.Line.door(wait, m.Target, line, a.Arrived) {
+	if wait := m.Wait + gateWait; c.Line.door(wait, m.Target, samples, requests, a.Arrived) {
 		return Verdict{Refusal: QueueTime, Pred: wait}
 	}
 	return Verdict{}

@@ -81,6 +81,15 @@ func TestDoor(t *testing.T) {
 // after the line was last long; outside a spike nothing is refused for its time.
 func TestDoorQueueTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		// A closed loop whose requests carry several samples: more samples than the floor in
+		// its model's line, but no more requests than the floor in line for a decode. Not a
+		// spike.
+		c := New(Config{MaxBody: 1 << 20, MaxInflight: 1 << 30, DecodeWorkers: 1, DecodeQueue: 1000, Discipline: LIFO})
+		now := time.Now()
+		if v := c.Door(Ask{Arrived: now, Deadline: now.Add(time.Hour), Declared: 1000, Decodes: true,
+			Model: Model{Pending: 4 * Floor, Cap: 1000, Target: 100 * time.Millisecond, Wait: time.Second}}); v.Refusal != Admit {
+			t.Fatalf("lifo: a closed loop's %d samples in line, few requests: %+v", 4*Floor, v)
+		}
 		for _, d := range []Discipline{Predict, LIFO} {
 			c := New(Config{MaxBody: 1 << 20, MaxInflight: 1 << 30, DecodeWorkers: 1, DecodeQueue: 1000, Discipline: d})
 			ask := func(pending int64, wait time.Duration) Refusal {

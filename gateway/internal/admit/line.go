@@ -82,16 +82,19 @@ func NewLine(d Discipline) *Line { return &Line{discipline: d} }
 // Discipline is the line's discipline.
 func (l *Line) Discipline() Discipline { return l.discipline }
 
-// door reports whether a request arriving at now, predicted to wait wait with line requests in
-// line, is refused for the queue target (0: none). Its arrival counts in the line's state.
-func (l *Line) door(wait, target time.Duration, line int, now time.Time) bool {
+// door reports whether a request arriving at now, predicted to wait wait, is refused for the
+// queue target (0: none): samples are in its model's line, requests in line for the decode
+// workers (the model's samples again for a request without images). Its arrival counts in the
+// line's state. A spike is told by requests: a closed loop of N clients holds N requests in line
+// at most, but more samples when its requests carry several.
+func (l *Line) door(wait, target time.Duration, samples, requests int, now time.Time) bool {
 	if target <= 0 {
 		return false
 	}
 	if l.discipline == Predict {
-		return l.stand.Check(wait, target, line, now)
+		return l.stand.Check(wait, target, max(samples, requests), now)
 	}
-	return l.spiking(line, now) && wait > target/spikeShare
+	return l.spiking(requests, now) && wait > target/spikeShare
 }
 
 // spiking records a line of line requests at now and reports whether a spike is on (LIFO).
