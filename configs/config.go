@@ -60,10 +60,16 @@ type Server struct {
 	// at once (and earlier when their deadline cannot be met). 0: 128 per decode worker, at
 	// least 256.
 	DecodeQueue int `yaml:"decode_queue"`
-	// QueueDiscipline is how the decode queue keeps to each model's batching.queue_target:
-	// predict refuses a request on its headers (before its body is read) when its predicted
-	// wait in line exceeds the target, the line standing over it; codel queues it and, once the queue has stood above
-	// the target for 100 ms, serves the newest first and sheds the waiters past the target
+	// QueueDiscipline is how the line (requests waiting for a decode worker and in the batcher)
+	// keeps to each model's batching.queue_target beyond a closed loop's reach: a line of 64
+	// requests or fewer is served oldest first and never refused for its time (a benchmark's
+	// 50 connections are normal operation). lifo (the default) takes a longer line for an
+	// open-loop spike and acts at once: while it lasts and 500 ms after, a request is admitted
+	// only with a predicted wait within a quarter of the target, the line is served newest
+	// first, and a waiter past the target is dropped when a worker frees up (503, X-Refusal:
+	// expired).
+	// predict refuses a request on its headers when its predicted wait exceeds the target once
+	// the line has stood over it (64 in line or more) for 100 ms, and serves oldest first
 	// (docs/operations.md compares the two).
 	QueueDiscipline string `yaml:"queue_discipline"`
 	// MaxConnections bounds concurrent connections; at the limit the longest-idle keep-alive
@@ -253,13 +259,11 @@ type Batching struct {
 	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
 	// DefaultTimeout bounds a request's wait and run; a request may only shorten it.
 	DefaultTimeout Duration `yaml:"default_timeout"`
-	// QueueTarget bounds the queue by time: once the line has stood for 100 ms with 64
-	// requests or more in it (a closed loop of fewer clients, such as a benchmark's 50
-	// connections, is always queued) and a predicted wait over this, or at once with 128 in
-	// it, a request predicted to
-	// wait longer than this in line (for a decode worker and in the batcher, from the
-	// measured decode and run times) is refused at once, before its body is read (503 or 429
-	// queue_full, gateway_refusals_total{stage="queue_time"}). A request's deadline may only
+	// QueueTarget bounds the time a request waits in line (for a decode worker and in the
+	// batcher, predicted from the measured decode and run times) beyond a closed loop's reach,
+	// as server.queue_discipline says: refused before its body is read (503 or 429 queue_full,
+	// gateway_refusals_total{stage="queue_time"}), or, during a spike under lifo, dropped once
+	// it has waited this long (gateway_decode_expired_total). A request's deadline may only
 	// shorten its wait further.
 	QueueTarget Duration `yaml:"queue_target"`
 	// Priorities is the number of priority levels (0 or 1: none).

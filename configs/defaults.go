@@ -66,7 +66,7 @@ func setServerDefaults(s *Server) {
 		s.GRPCListen = "127.0.0.1:8001" // Triton's gRPC port (the admin listener holds 8081)
 	}
 	if s.QueueDiscipline == "" {
-		s.QueueDiscipline = "predict"
+		s.QueueDiscipline = "lifo"
 	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = 10000

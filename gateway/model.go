@@ -32,7 +32,7 @@ type model struct {
 	elemSize       int    // bytes per input value
 	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
 	inputName      string
-	outputName     string // outputs[0]'s
+	outputName     string            // outputs[0]'s
 	parameters     map[string]string // ModelOptions.Parameters
 	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor

@@ -40,10 +40,10 @@ type Options struct {
 	DecodeQueue int
 	// QueueDiscipline is how the line keeps to each model's queue target
 	// (ModelOptions.QueueTarget), beyond the floor of a closed loop's line (admit.Floor):
-	// "predict" (the zero value) refuses a request on its headers when its predicted wait
-	// exceeds the target once the line stands; "lifo" takes a line longer than the floor for a
-	// spike and, during it, admits a short line, serves the newest first and drops the waiters
-	// past the target (admit.Discipline).
+	// "lifo" (the zero value) takes a line longer than the floor for a spike and, during it,
+	// admits a short line, serves the newest first and drops the waiters past the target;
+	// "predict" refuses a request on its headers when its predicted wait exceeds the target
+	// once the line stands (admit.Discipline).
 	QueueDiscipline string
 	// MaxConnections bounds open connections. At the limit the longest-idle keep-alive
 	// connection is closed to admit a new one; when none is idle, a new connection is

@@ -202,17 +202,23 @@ func (g *DecodeGate) tryTake(cost int64, heavy bool) bool {
 	return true
 }
 
-// dispatch starts the waiters that can run, oldest first (newest first during a LIFO
-// spike, when the waiters past their target are dropped first), and drops those that can no
-// longer make their deadline. g.mu held.
+// dispatch starts the waiters that can run, oldest first, and drops those that can no longer
+// make their deadline. During a spike (LIFO) the waiters past their target are dropped first and
+// the rest served newest first. g.mu held.
 func (g *DecodeGate) dispatch() {
 	now := time.Now()
-	first, step := g.q.Front, g.q.Next
-	if g.line.spiking(g.q.Len()+g.incoming.count(now), now) {
-		g.expire(now)
-		first, step = g.q.Back, g.q.Prev
+	if !g.line.spiking(g.q.Len()+g.incoming.count(now), now) {
+		g.dispatchFrom(g.q.Front(), g.q.Next, now)
+		return
 	}
-	for w := first(); w != nil && g.busy < g.workers; {
+	g.expire(now)
+	g.dispatchFrom(g.q.Back(), g.q.Prev, now)
+}
+
+// dispatchFrom starts the waiters that can run, from w on in step's direction, while a worker is
+// free. g.mu held.
+func (g *DecodeGate) dispatchFrom(w *waiter, step func(*waiter) *waiter, now time.Time) {
+	for w != nil && g.busy < g.workers {
 		next := step(w)
 		svc := g.svc.duration()
 		if w.heavy {

@@ -43,15 +43,16 @@ const (
 	LIFO
 )
 
-// ParseDiscipline reads a discipline's name: "predict" or "lifo".
+// ParseDiscipline reads a discipline's name: "lifo" (also the empty name: the default) or
+// "predict".
 func ParseDiscipline(name string) (Discipline, bool) {
 	switch name {
-	case "", "predict":
-		return Predict, true
-	case "lifo":
+	case "", "lifo":
 		return LIFO, true
+	case "predict":
+		return Predict, true
 	}
-	return Predict, false
+	return LIFO, false
 }
 
 func (d Discipline) String() string {
@@ -99,7 +100,7 @@ func (l *Line) door(wait, target time.Duration, samples, requests int, now time.
 
 // spiking records a line of line requests at now and reports whether a spike is on (LIFO).
 func (l *Line) spiking(line int, now time.Time) bool {
-	if l.discipline != LIFO {
+	if l.discipline == Predict {
 		return false
 	}
 	t := now.UnixNano()
@@ -117,7 +118,7 @@ func (l *Line) spiking(line int, now time.Time) bool {
 // Predict as at the door (the door's prediction falls short in a burst admitted before the line
 // stood); under LIFO never (the spike is recorded: the gate then serves newest first).
 func (l *Line) atGate(wait, target time.Duration, line int, now time.Time) bool {
-	if l.discipline == LIFO {
+	if l.discipline != Predict {
 		l.spiking(line, now)
 		return false
 	}
