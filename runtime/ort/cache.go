@@ -192,7 +192,7 @@ func (c *modelCache) load(cfg SessionConfig) *sessionCore {
 			return nil
 		}
 	}
-	sess, err := onnx.NewDynamicAdvancedSessionWithONNXData(payload, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+	sess, err := onnx.NewDynamicAdvancedSessionWithONNXData(payload, []string{cfg.InputName}, cfg.outputNames(), opts)
 	if err != nil {
 		unmapFile(data)
 		c.reject(fmt.Errorf("ONNX Runtime refused it: %w", err))
