@@ -407,6 +407,12 @@ func (c *completer) preprocess(p *problems) {
 		pp.Resize = defaultResize(pp.Crop)
 		c.note("preprocess.resize", pp.Resize, "default: crop x 256/224")
 	}
+	// Embeddings are compared with each other: a DCT-scaled decode moves a large photo's vector
+	// (docs/preprocessing.md, "Embeddings"), so the embed task decodes at full size unless told.
+	if c.m.Task == TaskEmbed && !pp.FullDecode && !c.m.set["preprocess.full_decode"] {
+		pp.FullDecode = true
+		c.note("preprocess.full_decode", true, "default: embed")
+	}
 	scale, mean, std, rangeKey := meta.pixelRange(c)
 	switch {
 	case pp.Scale != "":

@@ -303,7 +303,8 @@ type Preprocess struct {
 	// their own normalization.
 	Scale string `yaml:"scale"`
 	// FullDecode decodes JPEGs at full size instead of the smallest DCT scale that covers the
-	// resize target: bit-identical to torchvision (PIL), and slower.
+	// resize target: bit-identical to torchvision (PIL), and slower. The embed task turns it on
+	// unless the configuration sets it: the scaled decode moves a large photo's embedding.
 	FullDecode bool `yaml:"full_decode"`
 	// MaxPixels refuses images whose header declares more pixels (413), before any pixel is
 	// allocated. 0: the decoder's default, Pillow's MAX_IMAGE_PIXELS.

@@ -79,7 +79,7 @@ func TestTaskInferred(t *testing.T) {
 			}},
 		{"features", "", facts([]int64{-1, 3, 224, 224}, out("features", "float32", -1, 1280)), nil,
 			func(t *testing.T, m *Model, c Completion) {
-				if m.Task != TaskEmbed || m.Embed.Output != "features" || c.Embed.Dim != 1280 || m.Preprocess.Mode != "shorter_side" {
+				if m.Task != TaskEmbed || m.Embed.Output != "features" || c.Embed.Dim != 1280 || m.Preprocess.Mode != "shorter_side" || !m.Preprocess.FullDecode {
 					t.Errorf("%+v %+v", m.Embed, c.Embed)
 				}
 			}},
@@ -89,9 +89,9 @@ func TestTaskInferred(t *testing.T) {
 					t.Errorf("%+v %+v", m.Embed, c.Embed)
 				}
 			}},
-		{"explicit output", ", task: embed, embed: {output: logits, normalize: true}", facts([]int64{-1, 3, 224, 224}, out("logits", "float32", -1, 1000), out("pooled", "float32", -1, 1280, 1, 1)), nil,
+		{"explicit output", ", task: embed, embed: {output: logits, normalize: true}, preprocess: {full_decode: false}", facts([]int64{-1, 3, 224, 224}, out("logits", "float32", -1, 1000), out("pooled", "float32", -1, 1280, 1, 1)), nil,
 			func(t *testing.T, m *Model, c Completion) {
-				if m.Embed.Output != "logits" || c.Embed.Dim != 1000 || !m.Embed.Normalize {
+				if m.Embed.Output != "logits" || c.Embed.Dim != 1000 || !m.Embed.Normalize || m.Preprocess.FullDecode {
 					t.Errorf("%+v %+v", m.Embed, c.Embed)
 				}
 			}},

@@ -19,6 +19,7 @@ var mayImport = map[string][]string{
 	"internal/queue":               {},
 	"internal/testutil":            {},
 	"internal/onnxtest":            {},
+	"internal/pilref":              {},
 	"batcher":                      {"internal/queue"},
 	"preprocess":                   {"preprocess/internal/resample"},
 	"preprocess/internal/resample": {},
