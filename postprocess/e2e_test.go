@@ -66,14 +66,20 @@ func needPIL(t *testing.T) {
 	}
 }
 
-// photos lists the shared photos (the bad inputs left out).
+// photos lists the shared photos (the bad inputs left out). Under the race detector, which
+// finds nothing in these single-goroutine loops and slows them tenfold, one in three (the
+// large ones kept); make test runs the package again without it, every photo.
 func photos(t *testing.T) []string {
 	t.Helper()
 	needFile(t, images)
 	var out []string
 	for _, pat := range []string{"*.jpg", "*.jpeg", "*.png"} {
 		m, _ := filepath.Glob(filepath.Join(images, pat))
-		out = append(out, m...)
+		for i, p := range m {
+			if !raceEnabled || i%3 == 0 || strings.Contains(p, "landscape") {
+				out = append(out, p)
+			}
+		}
 	}
 	return out
 }
@@ -194,19 +200,20 @@ func TestUltrafaceMatchesReference(t *testing.T) {
 	}
 	// The faces named in ../shared/images/README.md.
 	for name, want := range map[string][4]float64{"skimage_astronaut.png": {180, 62, 268, 174}, "opencv_messi5.jpg": {225, 92, 257, 132}} {
-		found := false
+		found, present := false, false
 		for i, p := range paths {
 			if filepath.Base(p) == name {
+				present = true
 				for _, o := range ours[i] {
 					found = found || iou(o.Box, want) > 0.5
 				}
 			}
 		}
-		if !found {
+		if present && !found {
 			t.Errorf("%s: no face found near %v", name, want)
 		}
 	}
-	if faces < 2 {
+	if faces < 2 && !raceEnabled {
 		t.Errorf("%d faces in all the photos", faces)
 	}
 }
@@ -347,7 +354,7 @@ func TestRedBoxRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		for li, layout := range layouts {
-			if ii > 0 && li > 0 {
+			if ii > 0 && li > 0 || raceEnabled && li%3 != 0 {
 				continue // every layout on the first input, the other geometries with one
 			}
 			dir := t.TempDir()

@@ -8,6 +8,7 @@ package pilref
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -79,37 +80,8 @@ type Result struct {
 	W, H int
 }
 
-const preprocessScript = `
-import base64, json, sys
-import numpy as np
-from PIL import Image, ImageOps
-out = []
-for j in json.load(sys.stdin):
-    im = ImageOps.exif_transpose(Image.open(j["path"])).convert("RGB")
-    w, h = im.size
-    W, H = j["width"], j["height"]
-    if j["mode"] == "stretch":
-        im = im.resize((W, H), Image.BILINEAR)
-    elif j["mode"] == "letterbox":
-        r = min(W / w, H / h)
-        nw, nh = min(max(round(w * r), 1), W), min(max(round(h * r), 1), H)
-        canvas = Image.new("RGB", (W, H), (j["pad"],) * 3)
-        canvas.paste(im.resize((nw, nh), Image.BILINEAR), ((W - nw) // 2, (H - nh) // 2))
-        im = canvas
-    else:  # torchvision Resize(int) + CenterCrop
-        s = j["resize"]
-        nw, nh = (s, int(s * h / w)) if w <= h else (int(s * w / h), s)
-        im = im.resize((nw, nh), Image.BILINEAR)
-        left, top = int(round((nw - W) / 2.0)), int(round((nh - H) / 2.0))
-        im = im.crop((left, top, left + W, top + H))
-    x = np.asarray(im, dtype=np.uint8).astype(np.float32)
-    if not j["raw"]:
-        x = x / np.float32(255)
-        x = (x - np.array(j["mean"], dtype=np.float32)) / np.array(j["std"], dtype=np.float32)
-    x = np.ascontiguousarray(x.astype(np.float32).transpose(2, 0, 1))
-    out.append({"w": w, "h": h, "t": base64.b64encode(x.astype("<f4").tobytes()).decode()})
-json.dump(out, sys.stdout)
-`
+//go:embed preprocess.py
+var preprocessScript string
 
 // Preprocess computes the jobs' tensors in one Python process.
 func Preprocess(jobs []Job) ([]Result, error) {
@@ -156,38 +128,8 @@ type NMSJob struct {
 	Classes, W, H int
 }
 
-const nmsScript = `
-import json, sys
-import numpy as np
-def iou(a, b):
-    x1 = np.maximum(a[0], b[:, 0]); y1 = np.maximum(a[1], b[:, 1])
-    x2 = np.minimum(a[2], b[:, 2]); y2 = np.minimum(a[3], b[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = lambda r: np.clip(r[..., 2] - r[..., 0], 0, None) * np.clip(r[..., 3] - r[..., 1], 0, None)
-    return inter / (area(a) + area(b) - inter + 1e-12)
-req = json.load(sys.stdin)
-out = []
-for j in req["jobs"]:
-    boxes = np.array(j["boxes"], dtype=np.float32).reshape(-1, 4)
-    scores = np.array(j["scores"], dtype=np.float32).reshape(-1, j["classes"])
-    found = []
-    for c in range(1, j["classes"]):  # per class, the background left out
-        keep = scores[:, c] > req["score"]
-        b, s = boxes[keep], scores[keep, c]
-        order = np.argsort(-s, kind="stable")
-        b, s = b[order], s[order]
-        picked = []
-        while len(s) > 0 and len(picked) < req["max"]:
-            picked.append((b[0], s[0]))
-            if len(s) == 1:
-                break
-            rest = iou(b[0], b[1:]) <= req["iou"]
-            b, s = b[1:][rest], s[1:][rest]
-        for bb, ss in picked:
-            found.append({"box": [float(bb[0]) * j["w"], float(bb[1]) * j["h"], float(bb[2]) * j["w"], float(bb[3]) * j["h"]], "score": float(ss)})
-    out.append(sorted(found, key=lambda d: -d["score"]))
-json.dump(out, sys.stdout)
-`
+//go:embed hard_nms.py
+var nmsScript string
 
 // HardNMS is the post-processing of ultraface's authors, written here with numpy: per class
 // (the background left out) the anchors scoring above score, greedy suppression above iou,
@@ -216,35 +158,8 @@ func HardNMS(jobs []NMSJob, score, iou float64, maxDet int) ([][]Box, error) {
 	return out, nil
 }
 
-const cutScript = `
-import json, sys
-import onnx
-from onnx import helper, TensorProto
-req = json.load(sys.stdin)
-m = onnx.load(req["src"])
-g = m.graph
-pool = [n for n in g.node if n.op_type == "QLinearGlobalAveragePool"]
-if len(pool) != 1:
-    raise SystemExit("expected one QLinearGlobalAveragePool, found %d" % len(pool))
-q, _, _, scale, zero = pool[0].input[0], pool[0].input[1], pool[0].input[2], pool[0].input[3], pool[0].input[4]
-g.node.append(helper.make_node("DequantizeLinear", [pool[0].output[0], scale, zero], ["features_4d"]))
-g.node.append(helper.make_node("Flatten", ["features_4d"], ["features"], axis=1))
-# Keep only the nodes the features need.
-needed, keep = {"features"}, []
-for n in reversed(list(g.node)):
-    if any(o in needed for o in n.output):
-        keep.append(n)
-        needed.update(n.input)
-del g.node[:]
-g.node.extend(reversed(keep))
-inits = [t for t in g.initializer if t.name in needed]
-del g.initializer[:]
-g.initializer.extend(inits)
-del g.output[:]
-g.output.append(helper.make_tensor_value_info("features", TensorProto.FLOAT, [g.input[0].type.tensor_type.shape.dim[0].dim_param or "N", 1280]))
-onnx.save(m, req["dst"])
-json.dump({"nodes": len(g.node)}, sys.stdout)
-`
+//go:embed cut_mobilenetv2.py
+var cutScript string
 
 // CutMobileNetV2 writes to dst the shared int8 MobileNetV2 (src) cut at its pooled features:
 // one output "features" float32 [batch, 1280], the global average pool dequantized and
