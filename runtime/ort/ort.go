@@ -357,7 +357,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 	if cache != nil {
 		tmp = cache.begin(opts)
 	}
-	core, err := createSession(cfg, opts)
+	core, err := createSession(cfg, scan, opts)
 	if err != nil && tmp != "" {
 		// ONNX Runtime may fail to write some models in its format: once more without.
 		os.Remove(tmp)
@@ -367,7 +367,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 			return nil, oerr
 		}
 		defer retry.Destroy()
-		core, err = createSession(cfg, retry)
+		core, err = createSession(cfg, scan, retry)
 	}
 	if err != nil {
 		return nil, err
@@ -382,11 +382,12 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 	return core, nil
 }
 
-// createSession makes cfg's session from the model file, rewritten first when cfg asks.
-func createSession(cfg SessionConfig, opts *onnx.SessionOptions) (*sessionCore, error) {
+// createSession makes cfg's session from the model file, rewritten first when cfg asks or its
+// initializers are listed as inputs (scan, when not nil, says).
+func createSession(cfg SessionConfig, scan *modelScan, opts *onnx.SessionOptions) (*sessionCore, error) {
 	var sess *onnx.DynamicAdvancedSession
 	var err error
-	data, sites := rewrittenModel(cfg)
+	data, sites := rewrittenModel(cfg, scan != nil && scan.initInputs > 0)
 	step(cfg.trace, "rewrite")
 	if data != nil {
 		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, cfg.outputNames(), opts)
@@ -411,12 +412,13 @@ var rewriteModel = rewriteHardSwish
 // Runtime maps larger ones from their file).
 const maxRewriteBytes = 512 << 20
 
-// rewrittenModel returns cfg's model with its HardSwish sites rewritten and how many there
-// were, or nil when cfg asks for no rewrite, it does not apply, or finds nothing to rewrite:
-// the session is then made from the file, as ONNX Runtime reads it. A model this parser
-// cannot read is left to ONNX Runtime too, which reports what is wrong with it.
-func rewrittenModel(cfg SessionConfig) ([]byte, int) {
-	if !rewriteApplies(cfg) {
+// rewrittenModel returns cfg's model with the initializers it lists as inputs dropped from
+// its inputs (initInputs) and its HardSwish sites rewritten (when cfg asks), and how many
+// HardSwish sites there were; or nil when neither applies or finds anything to rewrite: the
+// session is then made from the file, as ONNX Runtime reads it. A model this parser cannot
+// read is left to ONNX Runtime too, which reports what is wrong with it.
+func rewrittenModel(cfg SessionConfig, initInputs bool) ([]byte, int) {
+	if !rewriteApplies(cfg) && !initInputs {
 		return nil, 0
 	}
 	f, err := os.Open(cfg.ModelPath)
@@ -432,10 +434,19 @@ func rewrittenModel(cfg SessionConfig) ([]byte, int) {
 	if err != nil {
 		return nil, 0
 	}
-	defer unmapFile(data) // the rewritten model is a copy (with no sites, nil is returned)
+	defer unmapFile(data) // the rewritten model is a copy (with nothing rewritten, nil is returned)
+	var out []byte
+	if initInputs {
+		if m, n, err := dropInitializerInputs(data); err == nil && n > 0 {
+			out, data = m, m
+		}
+	}
+	if !rewriteApplies(cfg) {
+		return out, 0
+	}
 	m, sites, err := rewriteModel(data)
 	if err != nil || sites == 0 {
-		return nil, 0
+		return out, 0
 	}
 	return m, sites
 }
