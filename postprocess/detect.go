@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 )
 
 // ErrShape: an output tensor's size does not match what its decoder was built for (a model
@@ -141,4 +143,44 @@ func (s *Scratch) Release() {
 	if cap(s.cand) > maxScratchKeep {
 		s.cand = nil
 	}
+}
+
+// Request parameters: what a request may set for itself (query parameters of /predict/,
+// parameters of an Open Inference Protocol request), by these names.
+const (
+	ParamScoreThreshold = "score_threshold"
+	ParamIOUThreshold   = "iou_threshold"
+	ParamMaxDetections  = "max_detections"
+)
+
+// Override returns p with one request parameter applied, its value as the request spelled it.
+// The thresholds may take any value in range; max_detections may only lower p's (the bound
+// on what a request costs is the configuration's). Errors name the parameter and say what it
+// takes (a 400 for the request); a key that is none of the three is an error too.
+func (p Params) Override(key, value string) (Params, error) {
+	switch key {
+	case ParamScoreThreshold, ParamIOUThreshold:
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 32)
+		if err != nil || math.IsNaN(v) {
+			return p, fmt.Errorf("%s must be a number, got %q", key, value)
+		}
+		q := p
+		if key == ParamScoreThreshold {
+			q.ScoreThreshold = float32(v)
+		} else {
+			q.IOUThreshold = float32(v)
+		}
+		if err := q.Check(); err != nil {
+			return p, err
+		}
+		return q, nil
+	case ParamMaxDetections:
+		n, err := strconv.Atoi(strings.TrimSpace(value))
+		if err != nil || n < 1 || n > p.MaxDetections {
+			return p, fmt.Errorf("%s must be an integer in 1..%d, got %q", key, p.MaxDetections, value)
+		}
+		p.MaxDetections = n
+		return p, nil
+	}
+	return p, fmt.Errorf("unknown detection parameter %q (%s, %s or %s)", key, ParamScoreThreshold, ParamIOUThreshold, ParamMaxDetections)
 }

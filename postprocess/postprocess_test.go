@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -339,5 +340,33 @@ func BenchmarkDecodeYOLO(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		dst, _ = d.Decode(dst[:0], Sample{Boxes: out}, DefaultParams(), &sc)
+	}
+}
+
+func TestParamsOverride(t *testing.T) {
+	base := DefaultParams()
+	p, err := base.Override(ParamScoreThreshold, "0.5")
+	if err != nil || p.ScoreThreshold != 0.5 || p.IOUThreshold != base.IOUThreshold {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if p, err = p.Override(ParamIOUThreshold, " 0.7 "); err != nil || p.IOUThreshold != 0.7 {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if p, err = p.Override(ParamMaxDetections, "10"); err != nil || p.MaxDetections != 10 {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, c := range []struct{ k, v, want string }{
+		{ParamScoreThreshold, "NaN", "score_threshold must be a number"},
+		{ParamScoreThreshold, "1.5", "score_threshold must be in [0, 1]"},
+		{ParamIOUThreshold, "0", "iou_threshold must be in (0, 1]"},
+		{ParamIOUThreshold, "x", "iou_threshold must be a number"},
+		{ParamMaxDetections, "101", "max_detections must be an integer in 1..100"},
+		{ParamMaxDetections, "0", "max_detections must be an integer in 1..100"},
+		{"topk", "3", `unknown detection parameter "topk"`},
+	} {
+		got, err := base.Override(c.k, c.v)
+		if err == nil || !strings.Contains(err.Error(), c.want) || got != base {
+			t.Errorf("%s=%s: %+v %v, want %q", c.k, c.v, got, err, c.want)
+		}
 	}
 }
