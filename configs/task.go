@@ -393,3 +393,23 @@ func (c *completer) labelCount() int {
 	}
 	return 0
 }
+
+// OutputNames are the outputs a session of the completed model runs, in the order its task
+// reads them: classify, the scores; embed, the vector; detect, boxes (a YOLO's or a packed NMS
+// model's one output), then scores, classes and count where the decoder has them.
+func (m *Model) OutputNames() []string {
+	switch m.Task {
+	case TaskEmbed:
+		return []string{m.Embed.Output}
+	case TaskDetect:
+		d := m.Detect
+		names := []string{d.Boxes}
+		for _, n := range []string{d.Scores, d.Classes, d.Count} {
+			if n != "" {
+				names = append(names, n)
+			}
+		}
+		return names
+	}
+	return []string{m.Output.Name}
+}

@@ -106,6 +106,7 @@ func TestTaskInferred(t *testing.T) {
 			if s := settings(comp); !strings.Contains(s["task"], m.Task) {
 				t.Errorf("task %s noted as %q", m.Task, s["task"])
 			}
+			t.Logf("%s: outputs %v", c.name, m.OutputNames())
 			c.check(t, m, comp)
 		})
 	}
@@ -187,5 +188,22 @@ func TestYOLOObjectnessFromLabelFile(t *testing.T) {
 	}
 	if m.Detect.Objectness != "on" || c.Detect.Classes != 2 {
 		t.Fatalf("%+v %+v", m.Detect, c.Detect)
+	}
+}
+
+func TestOutputNames(t *testing.T) {
+	for _, c := range []struct {
+		m    Model
+		want []string
+	}{
+		{Model{Output: Output{Name: "logits"}}, []string{"logits"}},
+		{Model{Task: TaskEmbed, Embed: Embed{Output: "features"}}, []string{"features"}},
+		{Model{Task: TaskDetect, Detect: Detect{Decoder: DecoderYOLO, Boxes: "output0"}}, []string{"output0"}},
+		{Model{Task: TaskDetect, Detect: Detect{Decoder: DecoderBoxesScores, Boxes: "boxes", Scores: "scores"}}, []string{"boxes", "scores"}},
+		{Model{Task: TaskDetect, Detect: Detect{Decoder: DecoderNMS, Boxes: "b", Scores: "s", Count: "n"}}, []string{"b", "s", "n"}},
+	} {
+		if got := c.m.OutputNames(); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%+v: %v, want %v", c.m, got, c.want)
+		}
 	}
 }
