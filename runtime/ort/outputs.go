@@ -103,13 +103,14 @@ type multiOut struct {
 	i64   [][]int64
 	i32   [][]int32
 	views [][]onnx.Value // per batch size n-1, per output: a view of n rows (nil: dynamic)
+	shape [][][]int64    // the views' shapes, alike
 	last  []onnx.Value   // per output: what ONNX Runtime allocated in the last run (dynamic)
 	res   []Output
 }
 
 func newMultiOut(specs []OutputSpec, maxBatch int) *multiOut {
 	m := &multiOut{specs: specs, f32: make([][]float32, len(specs)), i64: make([][]int64, len(specs)), i32: make([][]int32, len(specs)),
-		views: make([][]onnx.Value, maxBatch), last: make([]onnx.Value, len(specs)), res: make([]Output, len(specs))}
+		views: make([][]onnx.Value, maxBatch), shape: make([][][]int64, maxBatch), last: make([]onnx.Value, len(specs)), res: make([]Output, len(specs))}
 	for i, sp := range specs {
 		m.res[i] = Output{Name: sp.Name, Batched: sp.Batched}
 		if sp.Dynamic {
@@ -145,6 +146,7 @@ func (m *multiOut) viewsOf(n int) ([]onnx.Value, error) {
 		return v, nil
 	}
 	v := make([]onnx.Value, len(m.specs))
+	shapes := make([][]int64, len(m.specs))
 	for i, sp := range m.specs {
 		if sp.Dynamic {
 			continue
@@ -173,9 +175,9 @@ func (m *multiOut) viewsOf(n int) ([]onnx.Value, error) {
 			}
 			return nil, fmt.Errorf("ort: cannot create a view of %d rows of output %s: %w", n, sp.Name, err)
 		}
-		v[i] = t
+		v[i], shapes[i] = t, shape
 	}
-	m.views[n-1] = v
+	m.views[n-1], m.shape[n-1] = v, shapes
 	return v, nil
 }
 
@@ -251,7 +253,7 @@ func (s *Session[T]) RunOutputs(n int) ([]Output, error) {
 			if sp.Batched {
 				rows *= n
 			}
-			r.Shape = views[i].GetShape()
+			r.Shape = m.shape[n-1][i]
 			switch sp.Type {
 			case "float32":
 				r.F32 = m.f32[i][:rows]

@@ -156,3 +156,45 @@ func TestUltrafaceSession(t *testing.T) {
 		}
 	}
 }
+
+// TestRunOutputsAllocs: a run of outputs of fixed size allocates what onnxruntime_go does per
+// call (its C argument arrays, and one per value passed), as a classifier's Run does, and
+// nothing of its own.
+func TestRunOutputsAllocs(t *testing.T) {
+	initORT(t)
+	path := writeModel(t, onnxtest.RedBox(16, 16, onnxtest.RedNMS))
+	s, err := NewSession[float32](SessionConfig{ModelPath: path, InputName: "input", OutputNames: []string{"det_boxes", "det_scores", "det_classes", "num_dets"},
+		InputShape: []int64{3, 16, 16}, MaxBatchSize: 2, IntraOp: 1, InterOp: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cls, err := NewSession[float32](SessionConfig{ModelPath: writeModel(t, onnxtest.Means("float32", "NCHW", int64(16), int64(16), false)),
+		InputName: "input", OutputName: "output", InputShape: []int64{3, 16, 16}, MaxBatchSize: 2, IntraOp: 1, InterOp: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cls.Close()
+	if _, err := s.RunOutputs(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cls.Run(2); err != nil {
+		t.Fatal(err)
+	}
+	multi := testing.AllocsPerRun(20, func() {
+		if _, err := s.RunOutputs(2); err != nil {
+			t.Fatal(err)
+		}
+	})
+	single := testing.AllocsPerRun(20, func() {
+		if _, err := cls.Run(2); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The library's: per call two arrays, per value passed one (the classifier passes 2 values,
+	// this session 5).
+	perValue := (single - 2) / 2
+	if multi != 2+5*perValue {
+		t.Fatalf("%v allocations per run of 5 values; a classifier's run of 2 makes %v", multi, single)
+	}
+}
