@@ -54,9 +54,10 @@ vet:
 # data), every benchmark once so they keep compiling, and a short run of each fuzz target.
 test: setup-test build vet
 	GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -race -shuffle=on -count=1 -timeout 20m -skip '^TestReliability' ./...
-	# preprocess again without the race detector, every case: under it, the long
-	# single-goroutine comparisons run one case in eight (preprocess/racesubset_test.go)
-	$(GO) test -shuffle=on -count=1 -timeout 10m ./preprocess/
+	# preprocess and postprocess again without the race detector, every case: under it, the long
+	# single-goroutine comparisons run one case in eight (preprocess/racesubset_test.go), the
+	# end-to-end detection and embedding checks a third of the photos (postprocess/e2e_test.go)
+	$(GO) test -shuffle=on -count=1 -timeout 10m ./preprocess/ ./postprocess/
 	# the reliability scenarios' short form on their own: their clients keep time (an open loop,
 	# probes with deadlines), and beside other packages' race-instrumented tests on 2 CPUs a
 	# race-instrumented client fell seconds behind its schedule
@@ -77,7 +78,7 @@ FUZZTIME ?= 30s
 # so, with no failing input written, is run once more; a real failure (a crash, a failed check)
 # writes its input under testdata/fuzz and fails at once.
 fuzz:
-	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess; do \
+	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess ./postprocess; do \
 	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; \
 	    run() { $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x $$pkg 2>&1 | tee $(CURDIR)/bin/fuzz.log; return $${PIPESTATUS[0]}; }; \

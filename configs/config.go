@@ -166,9 +166,17 @@ type Model struct {
 	// Labels is a label file: one label per line (a synset.txt's WordNet ids are dropped), or
 	// a JSON array. Empty: labels.txt, labels.json or synset.txt beside the model (a version
 	// folder's own first), else the labels in the model's metadata, else the class indices.
-	Labels     string     `yaml:"labels"`
+	Labels string `yaml:"labels"`
+	// Task is what the model answers: classify (scores per class), embed (a feature vector per
+	// image) or detect (objects with their boxes). Empty: from the model's outputs where they
+	// leave no doubt (one [batch, classes] output: classify; one [batch, D] output named like
+	// an embedding or features: embed; boxes and scores, a YOLO output, or an NMS model's
+	// detections: detect), else a start-up error naming the key to set.
+	Task       string     `yaml:"task"`
 	Input      Input      `yaml:"input"`
 	Output     Output     `yaml:"output"`
+	Embed      Embed      `yaml:"embed"`
+	Detect     Detect     `yaml:"detect"`
 	Preprocess Preprocess `yaml:"preprocess"`
 	Batching   Batching   `yaml:"batching"`
 	Runtime    Runtime    `yaml:"runtime"`
@@ -215,13 +223,78 @@ type Output struct {
 	Name string `yaml:"name"`
 }
 
+// Embed configures the embed task: the answer is the model's output vector for each image.
+type Embed struct {
+	// Output is the output holding the vector, [batch, D] (or [batch, D, 1, 1]). Empty: the
+	// model's only output, else its only output whose name holds embed, feature, pool, vector
+	// or descriptor.
+	Output string `yaml:"output"`
+	// Normalize scales each vector to unit length (L2), as similarity search by cosine wants.
+	Normalize bool `yaml:"normalize"`
+}
+
+// Detect configures the detect task: the model's outputs are decoded into boxes (in the
+// original image's pixels), scored, suppressed per class and cut to a count. The model's
+// class names are the model's labels (labels, a label file beside it, or its metadata),
+// indexed as the model numbers its classes (a background class included).
+type Detect struct {
+	// Decoder is the layout of the model's outputs: boxes_scores (SSD-style: boxes [batch, N,
+	// 4] and scores [batch, N, classes]), yolo (one output [batch, 4+classes, N] or [batch,
+	// N, 4+classes], with an objectness column or not) or nms (a model with NMS built in:
+	// boxes, scores, classes and optionally a count, or one [batch, K, 6] output of rows x1,
+	// y1, x2, y2, score, class). Empty: from the model's outputs.
+	Decoder string `yaml:"decoder"`
+	// Boxes is the output holding the boxes (yolo: the one output). Empty: from the outputs'
+	// names and shapes.
+	Boxes string `yaml:"boxes"`
+	// Scores is the output holding the scores (boxes_scores, nms). Empty: from the outputs'
+	// names and shapes.
+	Scores string `yaml:"scores"`
+	// Classes is the output holding an NMS model's class indices. Empty: from the outputs'
+	// names and shapes (none: every detection is class 0).
+	Classes string `yaml:"classes"`
+	// Count is the output holding an NMS model's number of valid rows per image. Empty: from
+	// the outputs' names (none: every row above the threshold).
+	Count string `yaml:"count"`
+	// BoxFormat is how boxes_scores and nms boxes are written: xyxy (corners), cxcywh
+	// (center, size) or yxyx. Empty: xyxy. YOLO's are always cxcywh.
+	BoxFormat string `yaml:"box_format"`
+	// BoxUnits is normalized (fractions of the input's width and height) or pixels (of the
+	// model's input). Empty: normalized for boxes_scores, pixels for yolo and nms.
+	BoxUnits string `yaml:"box_units"`
+	// Background: on when the scores' class 0 is the background (never answered), off when
+	// it is a class; auto: on for boxes_scores with two classes or more.
+	Background string `yaml:"background"`
+	// Objectness: on when a YOLO output holds an objectness column before the class scores
+	// (YOLOv5), off when not (v8, v11); auto: from the labels' count where they are known,
+	// else on for [batch, N, values] outputs (v5's layout), off for [batch, values, N].
+	Objectness string `yaml:"objectness"`
+	// ScoreThreshold drops detections scoring at or below it; a request may set its own
+	// (score_threshold).
+	ScoreThreshold float64 `yaml:"score_threshold"`
+	// IOUThreshold is the non-maximum suppression's: a detection overlapping a better one of
+	// its class by more intersection over union is dropped; a request may set its own
+	// (iou_threshold).
+	IOUThreshold float64 `yaml:"iou_threshold"`
+	// MaxDetections bounds the detections answered per image (the best ones); a request may
+	// lower it (max_detections).
+	MaxDetections int `yaml:"max_detections"`
+	// ClassAgnostic suppresses overlapping detections across classes too.
+	ClassAgnostic bool `yaml:"class_agnostic"`
+}
+
 // Preprocess describes how an image becomes the model's input. Empty keys come from the
 // model's metadata where an exporter wrote them (docs/configuration.md lists the keys read),
 // else torchvision's ImageNet convention.
 type Preprocess struct {
-	// Mode is shorter_side (torchvision: resize the shorter side to resize, center crop) or
-	// stretch (resize to the input size, ignoring the aspect ratio).
+	// Mode is shorter_side (torchvision: resize the shorter side to resize, center crop),
+	// stretch (resize to the input size, ignoring the aspect ratio) or letterbox (scale to fit
+	// keeping the aspect ratio, centered, padded with pad). Empty: shorter_side, except for
+	// detectors: letterbox for yolo and nms, stretch for boxes_scores.
 	Mode string `yaml:"mode"`
+	// Pad is the letterbox's padding value (0..255, every channel, before normalization):
+	// YOLO's exporters pad with 114.
+	Pad int `yaml:"pad"`
 	// Resize is the shorter side's length before the crop (shorter_side mode). 0: crop x
 	// 256/224, torchvision's ratio.
 	Resize int `yaml:"resize"`
@@ -236,7 +309,8 @@ type Preprocess struct {
 	// their own normalization.
 	Scale string `yaml:"scale"`
 	// FullDecode decodes JPEGs at full size instead of the smallest DCT scale that covers the
-	// resize target: bit-identical to torchvision (PIL), and slower.
+	// resize target: bit-identical to torchvision (PIL), and slower. The embed task turns it on
+	// unless the configuration sets it: the scaled decode moves a large photo's embedding.
 	FullDecode bool `yaml:"full_decode"`
 	// MaxPixels refuses images whose header declares more pixels (413), before any pixel is
 	// allocated. 0: the decoder's default, Pillow's MAX_IMAGE_PIXELS.

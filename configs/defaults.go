@@ -150,6 +150,26 @@ func setModelDefaults(m *Model) {
 	if r.CacheDir == "" {
 		r.CacheDir = "auto"
 	}
+	// Detection: ultralytics' predictor's thresholds; an explicit 0 keeps everything.
+	d := &m.Detect
+	if d.ScoreThreshold == 0 && !m.set["detect.score_threshold"] {
+		d.ScoreThreshold = 0.25
+	}
+	if d.IOUThreshold == 0 && !m.set["detect.iou_threshold"] {
+		d.IOUThreshold = 0.45
+	}
+	if d.MaxDetections == 0 {
+		d.MaxDetections = 100
+	}
+	if d.Background == "" {
+		d.Background = "auto"
+	}
+	if d.Objectness == "" {
+		d.Objectness = "auto"
+	}
+	if m.Preprocess.Pad == 0 && !m.set["preprocess.pad"] {
+		m.Preprocess.Pad = 114
+	}
 	// Empty lists are unset lists: a YAML [] and an omitted key mean the same.
 	if len(m.Preprocess.Mean) == 0 {
 		m.Preprocess.Mean = nil

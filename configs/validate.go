@@ -32,7 +32,7 @@ var (
 		"shutdown_timeout", "max_connections", "queue_full_status", "retry_after",
 		"watchdog.run_multiple", "watchdog.min_hang", "watchdog.max_run"}
 	modelPositive = []string{"batching.max_batch_size", "batching.max_queue_size", "batching.default_timeout", "batching.queue_target",
-		"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads"}
+		"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads", "detect.max_detections"}
 )
 
 // Validate reports every problem found, each naming its field. Keys a model file may tell
@@ -208,6 +208,7 @@ func (m *Model) validate(p *problems, s Server, complete bool) {
 		}
 	}
 	m.validateInput(p, complete)
+	m.validateTask(p, complete)
 	m.validatePreprocess(p, complete)
 	m.validateBatching(p, s, complete)
 	m.validateRuntime(p)
@@ -246,7 +247,10 @@ func (m *Model) validateInput(p *problems, complete bool) {
 func (m *Model) validatePreprocess(p *problems, complete bool) {
 	f, pp := m.field+".preprocess", &m.Preprocess
 	if pp.Mode == "" && complete {
-		p.add(f+".mode", "must be shorter_side or stretch")
+		p.add(f+".mode", "must be shorter_side, stretch or letterbox")
+	}
+	if pp.Pad < 0 || pp.Pad > 255 {
+		p.add(f+".pad", "must be in [0, 255], got %d", pp.Pad)
 	}
 	switch pp.Mode {
 	case "shorter_side", "": // empty: shorter_side unless the model tells otherwise
@@ -257,9 +261,9 @@ func (m *Model) validatePreprocess(p *problems, complete bool) {
 		if pp.Resize != 0 && pp.Crop != 0 && pp.Resize < pp.Crop {
 			p.add(f+".resize", "must be at least preprocess.crop (%d), got %d", pp.Crop, pp.Resize)
 		}
-	case "stretch":
+	case "stretch", "letterbox":
 	default:
-		p.add(f+".mode", "must be shorter_side or stretch, got %q", pp.Mode)
+		p.add(f+".mode", "must be shorter_side, stretch or letterbox, got %q", pp.Mode)
 	}
 	if pp.Resize < 0 {
 		p.add(f+".resize", "must not be negative, got %d", pp.Resize)

@@ -3,7 +3,8 @@
 #   scripts/setup.sh          build and run dependencies
 #   scripts/setup.sh test     also what the test suite needs (headless Chromium for the
 #                             load generator's HTML report test, HAProxy for the fleet test,
-#                             Prometheus's promtool and server for the metrics tests)
+#                             Prometheus's promtool and server for the metrics tests, Python
+#                             with PIL, numpy and onnx for the references of the vision tests)
 # It is idempotent: packages already installed are not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,9 @@ cd "$(dirname "$0")/.."
 pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev libspng-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ "${1:-}" = test ]; then
-  pkgs+=(chromium haproxy prometheus)
+  # Debian's Python with PIL, numpy and onnx: the detection and embedding tests compute their
+  # references with them on the machine they run on (PIL-exact preprocessing, models cut in a test).
+  pkgs+=(chromium haproxy prometheus python3-pil python3-numpy python3-onnx)
 fi
 
 missing=()

@@ -121,6 +121,10 @@ type SessionConfig struct {
 	ModelPath  string
 	InputName  string
 	OutputName string
+	// OutputNames, when set, are the outputs the session runs instead of OutputName, for
+	// models that are not classifiers (an embedding, a detector's boxes and scores): each
+	// float32, int64 or int32, of any shape (outputs.go); RunOutputs returns them.
+	OutputNames []string
 	// InputShape is one sample's shape without the batch axis, e.g. [3,224,224] (NCHW) or
 	// [224,224,3] (NHWC).
 	InputShape   []int64
@@ -178,6 +182,8 @@ type Session[T Elem] struct {
 	classes  int
 	inputs   []onnx.Value
 	outputs  []onnx.Value
+	// multi holds the outputs of a session made with OutputNames (nil: the classifier's one).
+	multi *multiOut
 }
 
 // sessionCore is an ONNX Runtime session shared by the Sessions made from it with Share; the
@@ -247,18 +253,11 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, cfg.ModelPath, cfg.InputName, ins)
 	}
-	out, ok := find(outs, cfg.OutputName)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
-	}
 	if len(ins) != 1 {
 		return nil, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
 	}
 	if in.Type != elemName[T]() {
 		return nil, fmt.Errorf("%w: input %q is %s, not %s (float32 and uint8 inputs are served)", ErrModel, in.Name, in.Type, elemName[T]())
-	}
-	if out.Type != "float32" {
-		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
 	}
 	if len(in.Shape) != len(cfg.InputShape)+1 {
 		return nil, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
@@ -271,19 +270,47 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 			return nil, fmt.Errorf("%w: input %q has shape %v, the configuration gives [N %v] (check input.width/height/layout)", ErrModel, in.Name, in.Shape, cfg.InputShape)
 		}
 	}
-	if len(out.Shape) != 2 || out.Shape[1] < 1 {
-		return nil, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
-	}
-
-	core, err := newCore(cfg, scan)
-	if err != nil {
-		return nil, err
-	}
 	rowIn := 1
 	for _, d := range cfg.InputShape {
 		rowIn *= int(d)
 	}
+	if len(cfg.OutputNames) > 0 {
+		specs, err := outputSpecs(cfg, outs, in.Shape[0] == 1)
+		if err != nil {
+			return nil, err
+		}
+		core, err := newCore(cfg, scan)
+		if err != nil {
+			return nil, err
+		}
+		s := newInstance[T](core, cfg.InputShape, rowIn, 0, cfg.MaxBatchSize)
+		s.multi = newMultiOut(specs, cfg.MaxBatchSize)
+		s.outputs = make([]onnx.Value, len(specs))
+		return s, nil
+	}
+	out, ok := find(outs, cfg.OutputName)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
+	}
+	if out.Type != "float32" {
+		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
+	}
+	if len(out.Shape) != 2 || out.Shape[1] < 1 {
+		return nil, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
+	}
+	core, err := newCore(cfg, scan)
+	if err != nil {
+		return nil, err
+	}
 	return newInstance[T](core, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+}
+
+// outputNames are the outputs cfg's session runs.
+func (cfg *SessionConfig) outputNames() []string {
+	if len(cfg.OutputNames) > 0 {
+		return cfg.OutputNames
+	}
+	return []string{cfg.OutputName}
 }
 
 // modelIO returns a model's inputs and outputs as ONNX Runtime reports them: read from the
@@ -330,7 +357,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 	if cache != nil {
 		tmp = cache.begin(opts)
 	}
-	core, err := createSession(cfg, opts)
+	core, err := createSession(cfg, scan, opts)
 	if err != nil && tmp != "" {
 		// ONNX Runtime may fail to write some models in its format: once more without.
 		os.Remove(tmp)
@@ -340,7 +367,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 			return nil, oerr
 		}
 		defer retry.Destroy()
-		core, err = createSession(cfg, retry)
+		core, err = createSession(cfg, scan, retry)
 	}
 	if err != nil {
 		return nil, err
@@ -355,20 +382,21 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 	return core, nil
 }
 
-// createSession makes cfg's session from the model file, rewritten first when cfg asks.
-func createSession(cfg SessionConfig, opts *onnx.SessionOptions) (*sessionCore, error) {
+// createSession makes cfg's session from the model file, rewritten first when cfg asks or its
+// initializers are listed as inputs (scan, when not nil, says).
+func createSession(cfg SessionConfig, scan *modelScan, opts *onnx.SessionOptions) (*sessionCore, error) {
 	var sess *onnx.DynamicAdvancedSession
 	var err error
-	data, sites := rewrittenModel(cfg)
+	data, sites := rewrittenModel(cfg, scan != nil && scan.initInputs > 0)
 	step(cfg.trace, "rewrite")
 	if data != nil {
-		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, cfg.outputNames(), opts)
 		if err != nil { // the rewrite never costs a model its session: load it as it is
 			sess, sites = nil, 0
 		}
 	}
 	if sess == nil {
-		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, cfg.outputNames(), opts)
 	}
 	step(cfg.trace, "session")
 	if err != nil {
@@ -384,12 +412,13 @@ var rewriteModel = rewriteHardSwish
 // Runtime maps larger ones from their file).
 const maxRewriteBytes = 512 << 20
 
-// rewrittenModel returns cfg's model with its HardSwish sites rewritten and how many there
-// were, or nil when cfg asks for no rewrite, it does not apply, or finds nothing to rewrite:
-// the session is then made from the file, as ONNX Runtime reads it. A model this parser
-// cannot read is left to ONNX Runtime too, which reports what is wrong with it.
-func rewrittenModel(cfg SessionConfig) ([]byte, int) {
-	if !rewriteApplies(cfg) {
+// rewrittenModel returns cfg's model with the initializers it lists as inputs dropped from
+// its inputs (initInputs) and its HardSwish sites rewritten (when cfg asks), and how many
+// HardSwish sites there were; or nil when neither applies or finds anything to rewrite: the
+// session is then made from the file, as ONNX Runtime reads it. A model this parser cannot
+// read is left to ONNX Runtime too, which reports what is wrong with it.
+func rewrittenModel(cfg SessionConfig, initInputs bool) ([]byte, int) {
+	if !rewriteApplies(cfg) && !initInputs {
 		return nil, 0
 	}
 	f, err := os.Open(cfg.ModelPath)
@@ -405,10 +434,19 @@ func rewrittenModel(cfg SessionConfig) ([]byte, int) {
 	if err != nil {
 		return nil, 0
 	}
-	defer unmapFile(data) // the rewritten model is a copy (with no sites, nil is returned)
+	defer unmapFile(data) // the rewritten model is a copy (with nothing rewritten, nil is returned)
+	var out []byte
+	if initInputs {
+		if m, n, err := dropInitializerInputs(data); err == nil && n > 0 {
+			out, data = m, m
+		}
+	}
+	if !rewriteApplies(cfg) {
+		return out, 0
+	}
 	m, sites, err := rewriteModel(data)
 	if err != nil || sites == 0 {
-		return nil, 0
+		return out, 0
 	}
 	return m, sites
 }
@@ -452,7 +490,12 @@ func (s *Session[T]) Share() *Session[T] {
 	s.core.mu.Lock()
 	s.core.refs++
 	s.core.mu.Unlock()
-	return newInstance[T](s.core, s.inShape, s.rowIn, s.classes, len(s.inViews))
+	c := newInstance[T](s.core, s.inShape, s.rowIn, s.classes, len(s.inViews))
+	if s.multi != nil {
+		c.multi = newMultiOut(s.multi.specs, len(s.inViews))
+		c.outputs = make([]onnx.Value, len(s.multi.specs))
+	}
+	return c
 }
 
 func find(infos []TensorInfo, name string) (TensorInfo, bool) {
@@ -550,8 +593,12 @@ func (s *Session[T]) Input(i int) []T {
 }
 
 // Run runs the model on the first n input rows and returns their scores, n rows of Classes()
-// values. The returned slice is owned by the session and overwritten by the next Run.
+// values. The returned slice is owned by the session and overwritten by the next Run. A
+// session made with OutputNames answers with RunOutputs instead.
 func (s *Session[T]) Run(n int) ([]float32, error) {
+	if s.multi != nil {
+		return nil, fmt.Errorf("ort: the session runs outputs %v: call RunOutputs", s.multi.names())
+	}
 	if n < 1 || n > len(s.inViews) {
 		return nil, fmt.Errorf("ort: batch of %d rows, the session holds 1 to %d", n, len(s.inViews))
 	}
@@ -580,9 +627,14 @@ func (s *Session[T]) Close() error {
 	for i := range s.inViews {
 		if s.inViews[i] != nil {
 			s.inViews[i].Destroy()
-			s.outViews[i].Destroy()
+			if s.outViews[i] != nil {
+				s.outViews[i].Destroy()
+			}
 			s.inViews[i], s.outViews[i] = nil, nil
 		}
+	}
+	if s.multi != nil {
+		s.multi.destroy()
 	}
 	if s.core != nil {
 		err := s.core.release()
