@@ -33,6 +33,7 @@ type model struct {
 	inputName      string
 	outputName     string
 	parameters     map[string]string // ModelOptions.Parameters
+	batchCurve     []BatchCost       // ModelOptions.BatchCurve
 	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
@@ -127,6 +128,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
 		idle: make(chan struct{}), parameters: o.Parameters, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
+		batchCurve: o.BatchCurve,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {
