@@ -243,7 +243,7 @@ type Batching struct {
 	// measured when the model loads (a model whose batch axis is fixed at 1 gets 1). Auto times
 	// the model at batch sizes 1, 2, 4, ... on this machine, with its runtime settings and
 	// execution provider (the curve is kept in runtime.cache_dir, so a later start reads it),
-	// and takes the smallest size within 3 % of the lowest time per image among those whose
+	// and takes the smallest size within 5 % of the lowest time per image among those whose
 	// run takes at most half of queue_target (and of adaptive.latency_target when set); at
 	// least 2 where a run of 2 fits, and at least the largest of preferred_batch_sizes.
 	MaxBatchSize BatchSize `yaml:"max_batch_size"`

@@ -77,9 +77,11 @@ type BatchCurve struct {
 }
 
 // ChoiceTolerance is how much more per image than the best a size may cost and still be
-// chosen when it is smaller (BatchCurve.Choose): about the spread of the measurement's medians
-// on a busy machine, so that noise does not decide between sizes that cost the same.
-const ChoiceTolerance = 0.03
+// chosen when it is smaller (BatchCurve.Choose): the adaptive window's own (batcher's
+// capTolerance), which treats batch sizes within it as equally efficient, so a finer cap would
+// not change what it forms; and about what separated repeated measurements of the same nearly
+// flat curve on a shared 2-core machine (docs/benchmarks.md, "Issue 37").
+const ChoiceTolerance = 0.05
 
 // Choose returns the batch size of lowest cost the run limit allows: among the sizes measured
 // whose run takes at most limit (size 1 always qualifies; limit 0: no limit), the smallest

@@ -99,7 +99,8 @@ func TestMeasureCurveStops(t *testing.T) {
 		// A CPU where a batch costs as much per image: three doublings gain nothing.
 		{"flat", perImage(1.50, 1.49, 1.51, 1.48, 1.6), 0, CurveOptions{Ceiling: 64}, StopFlat, []int{1, 2, 4, 8}, 1},
 		// Falling to 8, then rising past 25 % above the best.
-		{"rising", perImage(2.72, 2.60, 2.40, 2.30, 2.60, 3.25), 0, CurveOptions{Ceiling: 64}, StopRising, []int{1, 2, 4, 8, 16, 32}, 8},
+		// (Zen 4's figures, issue 37: 2.40 at 4 is within 5 % of 2.30 at 8.)
+		{"rising", perImage(2.72, 2.60, 2.40, 2.30, 2.60, 3.25), 0, CurveOptions{Ceiling: 64}, StopRising, []int{1, 2, 4, 8, 16, 32}, 4},
 		// A device: a fixed cost per run, falling per image up to the ceiling (not a power of 2).
 		{"ceiling", func(n int) time.Duration { return 4*ms + time.Duration(n)*50*time.Microsecond }, 0, CurveOptions{Ceiling: 48}, StopCeiling,
 			[]int{1, 2, 4, 8, 16, 32, 48}, 48},
@@ -221,23 +222,24 @@ func TestChoose(t *testing.T) {
 	}{
 		{pts(10*ms, 19*ms, 36*ms, 64*ms), 0, 8},                      // 10, 9.5, 9, 8 per image
 		{pts(10*ms, 19*ms, 36*ms, 64*ms), 40 * ms, 4},                // 8 runs 64 ms
-		{pts(10*ms, 19*ms, 36*ms, 71*ms), 0, 4},                      // 9 at 4 is within 3 % of 8.875 at 8
+		{pts(10*ms, 19*ms, 36*ms, 71*ms), 0, 4},                      // 9 at 4 is within 5 % of 8.875 at 8
 		{pts(10*ms, 20*ms, 40*ms, 80*ms), 0, 1},                      // flat: the smallest
-		{pts(10*ms, 20*ms, 39*ms, 80*ms), 0, 1},                      // 9.75 per image at 4: within 3 % of it
-		{pts(10*ms, 20*ms, 38*ms, 80*ms), 0, 4},                      // 9.5 at 4: 10 is not within 3 %
+		{pts(10*ms, 20*ms, 39*ms, 80*ms), 0, 1},                      // 9.75 per image at 4: within 5 % of it
+		{pts(10*ms, 20*ms, 38*ms, 80*ms), 0, 4},                      // 9.5 at 4: 10 is not within 5 %
+		{pts(10*ms, 20*ms, 38600*time.Microsecond, 80*ms), 0, 1},     // 9.65 at 4: 10 is within 5 % (not 3 %)
 		{pts(100*ms, 150*ms, 200*ms), 50 * ms, 1},                    // nothing within the limit: 1
 		{pts(10*ms, 12*ms, 14*ms, 16*ms), 13 * ms, 2},                // 4 and 8 over the limit
 		{BatchCurve{}, 0, 1},                                         // nothing measured
 		{pts(10*ms, 18*ms, 36*ms, 76*ms), 40 * ms, 2},                // 9 at 2 and 4: the smaller
-		{pts(10*ms, 18*ms, 35*ms, 76*ms), 40 * ms, 2},                // 8.75 at 4: 9 within 3 %
-		{pts(10*ms, 18*ms, 34*ms, 76*ms), 40 * ms, 4},                // 8.5 at 4: 9 not within 3 %
+		{pts(10*ms, 18*ms, 35*ms, 76*ms), 40 * ms, 2},                // 8.75 at 4: 9 within 5 %
+		{pts(10*ms, 18*ms, 34*ms, 76*ms), 40 * ms, 4},                // 8.5 at 4: 9 not within 5 %
 		{pts(10*ms, 18*ms, 34*ms, 76*ms), -1 * ms, 4},                // a negative limit is none
 		{pts(10*ms, 30*ms, 60*ms, 120*ms), 0, 1},                     // rising
 		{pts(10*ms, 9*ms, 60*ms, 120*ms), 5 * ms, 1},                 // only 1 within the limit (it always is)
 		{pts(10*ms, 9*ms, 60*ms, 120*ms), 9 * ms, 2},                 // 2 runs exactly at the limit
 		{pts(3*ms, 4*ms, 8*ms, 16*ms, 32*ms), 0, 2},                  // 2 ms per image at 2 and beyond
-		{pts(3*ms, 4*ms, 8*ms, 16*ms, 31500*time.Microsecond), 0, 2}, // 2 is within 3 % of 1.97 at 16
-		{pts(3*ms, 4*ms, 8*ms, 16*ms, 30*ms), 0, 16},                 // 1.875: 2 is not within 3 %
+		{pts(3*ms, 4*ms, 8*ms, 16*ms, 31500*time.Microsecond), 0, 2}, // 2 is within 5 % of 1.97 at 16
+		{pts(3*ms, 4*ms, 8*ms, 16*ms, 30*ms), 0, 16},                 // 1.875: 2 is not within 5 %
 		{pts(3*ms, 4*ms, 8*ms, 16*ms, 30*ms), 29 * ms, 2},            // 16 over the limit
 	} {
 		if got := c.curve.Choose(c.limit); got != c.want {
