@@ -44,6 +44,9 @@ func NewSessionAuto[T Elem](cfg SessionConfig, o CurveOptions, choose func(Batch
 				core.release()
 				return nil, BatchCurve{}, err
 			}
+			if curve.Failure != "" {
+				logger(cfg).Warn("batch curve: a larger batch could not run; the sizes below it were measured", "model", cfg.ModelPath, "err", curve.Failure)
+			}
 			if cache != nil {
 				cache.store(curve, cfg.ModelPath)
 			}

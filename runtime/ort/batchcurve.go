@@ -19,7 +19,8 @@ import (
 // (ONNX Runtime's first two runs of a shape allocate and plan its memory: 3 to 7 times slower
 // than the next ones here), then once timed, and stops growing at the first of: the ceiling (what the model's batch axis and the configuration
 // allow); a run longer than the run limit (larger ones are not allowed either); the memory the
-// next size would add to the process beyond its bound; a time per image 25 % above the best
+// next size would add to the process beyond its bound; a run that fails (a device out of
+// memory: the sizes below it are kept); a time per image 25 % above the best
 // (the curve has turned up); three doublings without a gain beyond the tolerance (it is flat);
 // the time budget. Then it measures the sizes again in interleaved rounds, in alternating
 // order, until the budget is spent (at least three rounds within twice the budget), so that a
@@ -54,12 +55,13 @@ const (
 
 // Why a curve's measurement measured no larger size (BatchCurve.Stop).
 const (
-	StopCeiling  = "ceiling"   // the largest size allowed was measured
-	StopRunLimit = "run_limit" // the last size's run took longer than the run limit
-	StopMemory   = "memory"    // the next size would have grown the process beyond its bound
-	StopRising   = "rising"    // the last size cost 25 % more per image than the best
-	StopFlat     = "flat"      // three doublings past the best gained nothing beyond the tolerance
-	StopBudget   = "budget"    // the time budget was spent
+	StopCeiling   = "ceiling"    // the largest size allowed was measured
+	StopRunLimit  = "run_limit"  // the last size's run took longer than the run limit
+	StopMemory    = "memory"     // the next size would have grown the process beyond its bound
+	StopRising    = "rising"     // the last size cost 25 % more per image than the best
+	StopFlat      = "flat"       // three doublings past the best gained nothing beyond the tolerance
+	StopBudget    = "budget"     // the time budget was spent
+	StopRunFailed = "run_failed" // a run of the next size failed (BatchCurve.Failure says how)
 )
 
 // BatchCurve is a model's measured run time by batch size on this machine.
@@ -70,6 +72,8 @@ type BatchCurve struct {
 	Clock string `json:"clock"`
 	// Stop says why no larger size was measured (Stop* constants).
 	Stop string `json:"stop"`
+	// Failure is ONNX Runtime's error for the size that could not run (Stop run_failed).
+	Failure string `json:"failure,omitempty"`
 	// Took is the measurement's wall time, its session's creation included.
 	Took time.Duration `json:"took_ns"`
 	// Cached: read from the cache folder, measured by an earlier start.
@@ -204,7 +208,7 @@ func measureCurve(r curveRunner, o CurveOptions, env curveEnv) (BatchCurve, erro
 	if err := m.rounds(budget); err != nil {
 		return BatchCurve{}, err
 	}
-	c := BatchCurve{Stop: stop}
+	c := BatchCurve{Stop: stop, Failure: m.failure}
 	for _, n := range m.sizes {
 		c.Points = append(c.Points, BatchPoint{Batch: n, Run: lowQuartile(m.samples[n]), Samples: len(m.samples[n])})
 	}
@@ -220,6 +224,7 @@ type measurement struct {
 	start, deadline time.Time
 	sizes           []int                   // measured, in increasing order
 	samples         map[int][]time.Duration // by size: each timed run's time
+	failure         string                  // the error of the size that could not run (StopRunFailed)
 }
 
 func (m *measurement) time(n int) error {
@@ -243,16 +248,15 @@ func (m *measurement) explore() (string, error) {
 				return StopMemory, nil
 			}
 		}
-		if err := m.r.grow(n); err != nil {
-			return "", err
-		}
-		for range curveWarmRuns {
-			if err := m.r.run(n); err != nil {
-				return "", fmt.Errorf("ort: batch curve: run of %d rows: %w", n, err)
+		if err := m.first(n); err != nil {
+			if n == 1 {
+				return "", err
 			}
-		}
-		if err := m.time(n); err != nil {
-			return "", err
+			// A size the model cannot run here (out of memory on a device, say) ends the
+			// measurement, not the model: the sizes below it ran.
+			m.failure = err.Error()
+			delete(m.samples, n)
+			return StopRunFailed, nil
 		}
 		m.sizes = append(m.sizes, n)
 		stop, improved := m.verdict(n, bestN, bestPer)
@@ -273,6 +277,19 @@ func (m *measurement) explore() (string, error) {
 			return stop, nil
 		}
 	}
+}
+
+// first makes room for n rows and runs them: twice untimed, then once timed.
+func (m *measurement) first(n int) error {
+	if err := m.r.grow(n); err != nil {
+		return fmt.Errorf("ort: batch curve: buffers of %d rows: %w", n, err)
+	}
+	for range curveWarmRuns {
+		if err := m.r.run(n); err != nil {
+			return fmt.Errorf("ort: batch curve: run of %d rows: %w", n, err)
+		}
+	}
+	return m.time(n)
 }
 
 // verdict says whether the exploration stops after size n (its fastest run so far), given the

@@ -195,12 +195,17 @@ func TestMeasureCurveMedianOfRounds(t *testing.T) {
 	}
 }
 
+// A run of 1 that fails fails the measurement (and the model); a larger one ends it, keeping
+// the sizes below.
 func TestMeasureCurveRunError(t *testing.T) {
-	for _, fail := range []int{1, 4} {
-		f := &fakeModel{cost: perImage(1), fail: fail}
-		if _, err := measureCurve(f, CurveOptions{Ceiling: 64}, f.env()); err == nil || !strings.Contains(err.Error(), "boom") {
-			t.Errorf("a run of %d failing: err = %v", fail, err)
-		}
+	f := &fakeModel{cost: perImage(1), fail: 1}
+	if _, err := measureCurve(f, CurveOptions{Ceiling: 64}, f.env()); err == nil || !strings.Contains(err.Error(), "run of 1 rows: boom") {
+		t.Errorf("a run of 1 failing: err = %v", err)
+	}
+	f = &fakeModel{cost: perImage(3, 2, 1), fail: 4}
+	c := measureFake(t, f, CurveOptions{Ceiling: 64})
+	if c.Stop != StopRunFailed || !equalInts(batches(c), []int{1, 2}) || !strings.Contains(c.Failure, "run of 4 rows: boom") || c.Choose(0) != 2 {
+		t.Errorf("a run of 4 failing: %+v", c)
 	}
 }
 

@@ -214,7 +214,7 @@ func (e *curveEntry) check(key [sha256.Size]byte, ceiling int) error {
 		return fmt.Errorf("unknown clock %q", e.Clock)
 	}
 	switch e.Stop {
-	case StopCeiling, StopRunLimit, StopMemory, StopRising, StopFlat, StopBudget:
+	case StopCeiling, StopRunLimit, StopMemory, StopRising, StopFlat, StopBudget, StopRunFailed:
 	default:
 		return fmt.Errorf("unknown stop %q", e.Stop)
 	}
