@@ -265,8 +265,8 @@ func (c *completer) batchAxis(p *problems, in TensorFacts) {
 	switch {
 	case b == -1:
 		c.noteBatch("default")
-	case b == 1 && !m.set["batching.max_batch_size"]:
-		m.Batching.MaxBatchSize = 1
+	case b == 1 && (!m.set["batching.max_batch_size"] || m.Batching.MaxBatchSize.Auto()):
+		m.Batching.MaxBatchSize = 1 // auto: nothing to measure
 		c.note("batching.max_batch_size", 1, "model")
 	case b == 1 && m.Batching.MaxBatchSize > 1:
 		p.add(f, "is %d, but the model's input %s has a batch axis fixed at 1: set 1, or export the model with a dynamic batch axis", m.Batching.MaxBatchSize, in)

@@ -319,9 +319,14 @@ type Preprocess struct {
 
 // Batching configures the model's dynamic batcher.
 type Batching struct {
-	// MaxBatchSize is the most images one model run takes. A model whose batch axis is fixed
-	// at 1 gets 1 unless this is set.
-	MaxBatchSize int `yaml:"max_batch_size"`
+	// MaxBatchSize is the most images one model run takes: a number, or auto. Empty: auto,
+	// measured when the model loads (a model whose batch axis is fixed at 1 gets 1). Auto times
+	// the model at batch sizes 1, 2, 4, ... on this machine, with its runtime settings and
+	// execution provider (the curve is kept in runtime.cache_dir, so a later start reads it),
+	// and takes the smallest size within 5 % of the lowest time per image among those whose
+	// run takes at most half of queue_target (and of adaptive.latency_target when set); at
+	// least 2 where a run of 2 fits, and at least the largest of preferred_batch_sizes.
+	MaxBatchSize BatchSize `yaml:"max_batch_size"`
 	// MaxQueueDelay is a fixed batch window counted from the oldest queued request; with the
 	// adaptive window it caps that window. 0: no fixed window (requests queued while a run is
 	// in progress still form the next batch).

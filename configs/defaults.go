@@ -90,9 +90,9 @@ func setServerDefaults(s *Server) {
 }
 
 // setModelDefaults fills the keys whose default does not depend on the model file.
-// Batching: the adaptive window with at most 2 images a run, the setting `make bench`
-// measures (docs/defaults.md says why); a batch window nobody configured must not mean "no
-// batching".
+// Batching: the adaptive window, with the most images a run takes chosen from the model's
+// measured run times (max_batch_size: auto; docs/defaults.md says why); a batch window nobody
+// configured must not mean "no batching".
 func setModelDefaults(m *Model) {
 	if v := &m.VersionPolicy; v.Latest == 0 && !v.All && len(v.Specific) == 0 {
 		v.Latest = 1
@@ -100,10 +100,7 @@ func setModelDefaults(m *Model) {
 	if len(m.VersionPolicy.Specific) == 0 {
 		m.VersionPolicy.Specific = nil
 	}
-	b := &m.Batching
-	if b.MaxBatchSize == 0 {
-		b.MaxBatchSize = 2
-	}
+	b := &m.Batching // max_batch_size 0 is auto: chosen when the model loads
 	if b.MaxQueueSize == 0 {
 		b.MaxQueueSize = 256
 	}

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// MaxBatchSize bounds batching.max_batch_size.
+const MaxBatchSize = 4096
+
 // Bounds of server durations: a day at most (drain_delay + shutdown_timeout overflowed when
 // both were 1500000h), and read/write/idle timeouts of at least 100 ms (below it nothing is
 // answered).
@@ -298,8 +301,8 @@ func (m *Model) validatePreprocess(p *problems, complete bool) {
 
 func (m *Model) validateBatching(p *problems, s Server, complete bool) {
 	f, b := m.field+".batching", &m.Batching
-	if b.MaxBatchSize < 1 || b.MaxBatchSize > 4096 {
-		p.add(f+".max_batch_size", "must be in [1, 4096], got %d", b.MaxBatchSize)
+	if b.MaxBatchSize < 0 || b.MaxBatchSize > MaxBatchSize {
+		p.add(f+".max_batch_size", "must be in [1, %d] or auto, got %d", MaxBatchSize, b.MaxBatchSize)
 	}
 	if b.MaxQueueDelay < 0 {
 		p.add(f+".max_queue_delay", "must not be negative, got %s", b.MaxQueueDelay)
@@ -313,7 +316,9 @@ func (m *Model) validateBatching(p *problems, s Server, complete bool) {
 		}
 	}
 	for j, n := range b.PreferredBatchSizes {
-		if n < 1 || n > b.MaxBatchSize {
+		if b.MaxBatchSize.Auto() && (n < 1 || n > MaxBatchSize) {
+			p.add(fmt.Sprintf("%s.preferred_batch_sizes[%d]", f, j), "must be in [1, %d], got %d", MaxBatchSize, n)
+		} else if !b.MaxBatchSize.Auto() && (n < 1 || n > int(b.MaxBatchSize)) {
 			p.add(fmt.Sprintf("%s.preferred_batch_sizes[%d]", f, j), "must be in [1, max_batch_size=%d], got %d", b.MaxBatchSize, n)
 		}
 	}

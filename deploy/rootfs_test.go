@@ -392,7 +392,7 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 // is one the set may hold, and returns their paths relative to root.
 func listRootfs(t *testing.T, root string) []string {
 	t.Helper()
-	allowed := regexp.MustCompile(`^(app/bin/gateway|app/configs/gateway\.yaml|app/models/[^/]+/(model\.onnx|labels\.txt)|app/cache/imagegate/[0-9a-f]{64}\.ort|etc/(passwd|group)|(usr/)?lib(64|32)?/([a-z0-9_]+-linux-gnu[a-z0-9_]*/)?(ld-linux[^/]*|lib[^/]+\.so[.0-9]*)|usr/share/doc/[^/]+/copyright)$`)
+	allowed := regexp.MustCompile(`^(app/bin/gateway|app/configs/gateway\.yaml|app/models/[^/]+/(model\.onnx|labels\.txt)|app/cache/imagegate/[0-9a-f]{64}\.(ort|curve\.json)|etc/(passwd|group)|(usr/)?lib(64|32)?/([a-z0-9_]+-linux-gnu[a-z0-9_]*/)?(ld-linux[^/]*|lib[^/]+\.so[.0-9]*)|usr/share/doc/[^/]+/copyright)$`)
 	var files []string
 	var total int64
 	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {

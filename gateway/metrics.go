@@ -88,6 +88,7 @@ type modelMetrics struct {
 	batchErrors *metrics.Counter
 	hungRuns    *metrics.Counter
 	dropped     map[string]*metrics.Counter // gateway_queue_dropped_total, by reason
+	curve       map[int]bool                // batch sizes whose measured cost has a series
 }
 
 // dropQueueTime is gateway_queue_dropped_total's reason for a sample refused before the
@@ -101,9 +102,10 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	labels := fmt.Sprintf(`model=%q,version=%q`, m.name, m.version)
 	if mm := r.models[labels]; mm != nil {
 		mm.gens++
+		r.curveGauges(mm, m)
 		return mm
 	}
-	mm := &modelMetrics{key: labels, gens: 1, dropped: map[string]*metrics.Counter{}}
+	mm := &modelMetrics{key: labels, gens: 1, dropped: map[string]*metrics.Counter{}, curve: map[int]bool{}}
 	mm.cur.Store(m)
 	r.models[labels] = mm
 	set := r.set
@@ -141,7 +143,33 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 			mm.names = append(mm.names, n)
 		}
 	}
+	r.curveGauges(mm, m)
 	return mm
+}
+
+// curveGauges adds a series for each batch size of m's measured batch curve that has none yet
+// (a later generation of the version may have measured other sizes); each reads the
+// generation serving, 0 where it measured no such size. Under r.mu.
+func (r *metricsRegistry) curveGauges(mm *modelMetrics, m *model) {
+	for _, c := range m.batchCurve {
+		if mm.curve[c.Batch] {
+			continue
+		}
+		mm.curve[c.Batch] = true
+		name := fmt.Sprintf(`gateway_batch_run_per_image_seconds{%s,batch="%d"}`, mm.key, c.Batch)
+		batch := c.Batch
+		r.set.NewGauge(name, func() float64 {
+			if m := mm.cur.Load(); m != nil {
+				for _, c := range m.batchCurve {
+					if c.Batch == batch {
+						return c.PerImage.Seconds()
+					}
+				}
+			}
+			return 0
+		})
+		mm.names = append(mm.names, name)
+	}
 }
 
 // serving makes m the generation its version's gauges read.

@@ -34,6 +34,7 @@ type model struct {
 	inputName      string
 	outputName     string            // outputs[0]'s
 	parameters     map[string]string // ModelOptions.Parameters
+	batchCurve     []BatchCost       // ModelOptions.BatchCurve
 	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
@@ -134,6 +135,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
 		idle: make(chan struct{}), parameters: o.Parameters, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
+		batchCurve: o.BatchCurve,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {

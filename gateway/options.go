@@ -188,4 +188,14 @@ type ModelOptions struct {
 	// Parameters, optional, are shown as the parameters of GET /v2/models/{m}/config (how the
 	// model's settings were chosen).
 	Parameters map[string]string
+	// BatchCurve, optional, is the run time per image measured at each batch size when the
+	// model loaded, from which its Batching.MaxBatchSize was chosen (max_batch_size: auto);
+	// exported as metrics.
+	BatchCurve []BatchCost
+}
+
+// BatchCost is a model's run time per image measured at one batch size.
+type BatchCost struct {
+	Batch    int
+	PerImage time.Duration
 }

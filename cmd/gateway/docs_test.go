@@ -153,7 +153,8 @@ func parseExposition(t *testing.T, text string) map[string]*exported {
 // gateway exports is in the doc; other families are the documented process_* and go_* ones.
 func TestDocsMetricsMatchTheGateway(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
-	config := "models:\n" + defaultModelYAML(t, "{max_batch_size: 4, max_queue_delay: 1ms, adaptive: {latency_target: 50ms}}")
+	config := "models:\n" + defaultModelYAML(t, "{max_batch_size: 4, max_queue_delay: 1ms, adaptive: {latency_target: 50ms}}") +
+		fmt.Sprintf("  - {name: auto, path: %s/models/mobilenet_v3_small/model.onnx}\n", repoRoot(t)) // max_batch_size: auto, its curve's series
 	g := startGatewayFile(t, cfgPath, config)
 	if a := g.do("POST", "/predict/", "image/png", testPNG(t)); a.status != 200 {
 		t.Fatalf("predict: %d %s", a.status, a.body)

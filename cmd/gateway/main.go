@@ -107,7 +107,7 @@ func run(o *options, src source, log *slog.Logger) error {
 		return err
 	}
 	if o.check {
-		reportCheck(cfg, src, lib)
+		reportCheck(cfg, src, lib, repo)
 		closeNow(srv)
 		return nil
 	}
@@ -165,9 +165,9 @@ func closeNow(srv *gateway.Server) {
 }
 
 // reportCheck says what -check found valid.
-func reportCheck(cfg *configs.Config, src source, lib string) {
+func reportCheck(cfg *configs.Config, src source, lib string, repo *repository) {
 	for _, m := range cfg.Models {
-		fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
+		fmt.Printf("ok: model %s (%s): %d instance(s)%s\n", m.Name, m.Path, m.Runtime.Instances, repo.choices(m.Name)) // its settings: the "model settings" log line
 	}
 	fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
 }
@@ -485,7 +485,7 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 	copy(po.Mean[:], m.Preprocess.Mean)
 	copy(po.Std[:], m.Preprocess.Std)
 	bc := batcher.Config{
-		MaxBatchSize:        m.Batching.MaxBatchSize,
+		MaxBatchSize:        int(m.Batching.MaxBatchSize), // auto: chosen as the sessions are made
 		MaxQueueDelay:       m.Batching.MaxQueueDelay.D(),
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
@@ -505,19 +505,24 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		Preprocess: po, Batching: bc, QueueTarget: m.Batching.QueueTarget.D(), DefaultTimeout: m.Batching.DefaultTimeout.D(),
 		Parameters: parameters(comp),
 	}
+	var auto *batchChoice
 	switch m.Input.Type { // Complete took it from the model
 	case "float32":
-		mo.Runners, mo.Release, err = sessions[float32](m)
+		mo.Runners, mo.Release, auto, err = sessions[float32](m, server)
 	case "uint8":
-		mo.Runners, mo.Release, err = sessions[uint8](m)
+		mo.Runners, mo.Release, auto, err = sessions[uint8](m, server)
 	default:
 		err = fmt.Errorf("%s.input.type: %s inputs are not served", m.Field(), m.Input.Type)
+	}
+	if auto != nil {
+		auto.report(&mo, log, version)
 	}
 	return mo, err
 }
 
-// sessions creates a model's ONNX Runtime sessions with input elements T.
-func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
+// sessions creates a model's ONNX Runtime sessions with input elements T; for max_batch_size
+// auto, the first one chooses the size (autobatch.go), which it returns.
+func sessions[T ort.Elem](m configs.Model, server configs.Server) (gateway.Runners, func(), *batchChoice, error) {
 	shape := []int64{3, int64(m.Input.Height), int64(m.Input.Width)}
 	if m.Input.Layout == "NHWC" {
 		shape = []int64{int64(m.Input.Height), int64(m.Input.Width), 3}
@@ -529,6 +534,7 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 		}
 	}
 	runners := gateway.RunnersOf[T]{}
+	var auto *batchChoice
 	for i := range m.Runtime.Instances {
 		if i > 0 && m.Runtime.ShareSession() {
 			s := ss[0].Share()
@@ -540,21 +546,31 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 		if i > 0 {
 			optimized = "" // written once, by the first instance
 		}
-		s, err := ort.NewSession[T](ort.SessionConfig{
+		cfg := ort.SessionConfig{
 			ModelPath: m.Path, InputName: m.Input.Name, OutputName: m.Output.Name, InputShape: shape,
-			MaxBatchSize: m.Batching.MaxBatchSize, IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
+			MaxBatchSize: int(m.Batching.MaxBatchSize), IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
 			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
 			NoCPUMemArena: m.Runtime.CPUMemArena == "off", RewriteHardSwish: m.Runtime.HardSwishRewrite == "on" || (m.Runtime.HardSwishRewrite == "auto" && ort.HardSwishRewritePays()),
 			CacheDir: m.Runtime.CacheDir,
-		})
+		}
+		var s *ort.Session[T]
+		var err error
+		if m.Batching.MaxBatchSize.Auto() {
+			s, auto, err = autoSession[T](cfg, m, server)
+			if err == nil {
+				m.Batching.MaxBatchSize = configs.BatchSize(auto.chosen) // the other instances'
+			}
+		} else {
+			s, err = ort.NewSession[T](cfg)
+		}
 		if err != nil {
 			closeAll()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		ss = append(ss, s)
 		runners = append(runners, newRunner(s, m.Output.Name))
 	}
-	return runners, closeAll, nil
+	return runners, closeAll, auto, nil
 }
 
 func healthcheck(url string) int {

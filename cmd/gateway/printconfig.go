@@ -62,6 +62,13 @@ func completeForPrint(m *configs.Model, server configs.Server, ortErr error) (st
 	if len(versions) > 1 || v.Path != m.Path {
 		note += fmt.Sprintf(" (version %s)", v.Version)
 	}
+	if mv.Batching.MaxBatchSize.Auto() {
+		choice, err := printChoice(mv, server)
+		if err != nil {
+			return "", err
+		}
+		note += "; " + choice
+	}
 	switch {
 	case comp.Labels != nil:
 		note += fmt.Sprintf("; labels: %s (not a file: left empty)", labelsSource(comp))

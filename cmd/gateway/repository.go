@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,9 +33,10 @@ type repository struct {
 	log        *slog.Logger
 
 	mu      sync.Mutex
-	hashes  map[string]fileHash // by path
-	started *configs.Server     // the server section the process started with
-	last    string              // digest of the last specs polled
+	hashes  map[string]fileHash       // by path
+	started *configs.Server           // the server section the process started with
+	last    string                    // digest of the last specs polled
+	chosen  map[string]map[string]int // by model name and version: the max_batch_size auto chose
 }
 
 type fileHash struct {
@@ -95,7 +99,13 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 				continue
 			}
 			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
-				Load: func() (gateway.ModelOptions, error) { return modelOptions(mc, v.Version, cfg.Server, r.log) }})
+				Load: func() (gateway.ModelOptions, error) {
+					mo, err := modelOptions(mc, v.Version, cfg.Server, r.log)
+					if err == nil && mc.Batching.MaxBatchSize.Auto() {
+						r.noteChoice(m.Name, v.Version, mo.Batching.MaxBatchSize)
+					}
+					return mo, err
+				}})
 		}
 	}
 	return specs, nil
@@ -198,4 +208,32 @@ func digest(specs []gateway.ModelSpec) string {
 		fmt.Fprintf(h, "%s\x00%s\x00%s\n", s.Name, s.Version, s.Fingerprint)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// noteChoice records the max_batch_size auto chose for a model version (-check prints it).
+func (r *repository) noteChoice(name, version string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.chosen == nil {
+		r.chosen = map[string]map[string]int{}
+	}
+	if r.chosen[name] == nil {
+		r.chosen[name] = map[string]int{}
+	}
+	r.chosen[name][version] = n
+}
+
+// choices says what auto chose for a model's versions: "; max_batch_size auto: 4 (version
+// 1)", or "" when none was chosen.
+func (r *repository) choices(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, v := range slices.Sorted(maps.Keys(r.chosen[name])) {
+		out = append(out, fmt.Sprintf("%d (version %s)", r.chosen[name][v], v))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; max_batch_size auto: " + strings.Join(out, ", ")
 }

@@ -91,18 +91,11 @@ func openCache(cfg SessionConfig, scan *modelScan) *modelCache {
 	if !cacheWanted(cfg) || scan == nil || scan.sum == [sha256.Size]byte{} || scan.externalData || scan.size > maxRewriteBytes {
 		return nil
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	dir := cfg.CacheDir
-	if dir == "auto" {
-		d, err := os.UserCacheDir()
-		if err != nil {
-			log.Warn("model cache off: no user cache folder (set runtime.cache_dir to a writable folder, or off)", "model", cfg.ModelPath, "err", err)
-			return nil
-		}
-		dir = filepath.Join(d, "imagegate")
+	log := logger(cfg)
+	dir, err := cacheFolder(cfg.CacheDir)
+	if err != nil {
+		log.Warn("model cache off: no user cache folder (set runtime.cache_dir to a writable folder, or off)", "model", cfg.ModelPath, "err", err)
+		return nil
 	}
 	c := &modelCache{dir: dir, mode: scan.mode.Perm() &^ 0o111, log: log}
 	c.key = cacheKey(cfg, scan)

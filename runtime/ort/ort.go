@@ -245,64 +245,93 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if cfg.MaxBatchSize < 1 {
 		return nil, fmt.Errorf("ort: max batch size must be positive, got %d", cfg.MaxBatchSize)
 	}
-	ins, outs, scan, err := modelIO(cfg.ModelPath, cacheWanted(cfg), cfg.trace)
+	m, err := checkModel[T](cfg, cacheWanted(cfg))
 	if err != nil {
 		return nil, err
 	}
+	if m.batchAxis != -1 && (m.batchAxis != 1 || cfg.MaxBatchSize > 1) {
+		return nil, m.fixedBatchError(cfg)
+	}
+	core, err := newCore(cfg, m.scan)
+	if err != nil {
+		return nil, err
+	}
+	return instance[T](core, cfg, m, cfg.MaxBatchSize), nil
+}
+
+// checkedModel is what checkModel learns of a model that matches its configuration.
+type checkedModel struct {
+	scan      *modelScan // nil when the file could not be scanned (ONNX Runtime read it)
+	input     TensorInfo
+	batchAxis int64        // the input's batch axis: -1 when dynamic
+	rowIn     int          // input values per row
+	classes   int          // the output's scores per row (cfg.OutputName)
+	specs     []OutputSpec // the outputs cfg.OutputNames names, when it names any
+}
+
+// checkModel checks cfg's model against cfg and T, all but its batch axis against the batch
+// size; hash: the scan hashes the file (a cache's key needs it).
+func checkModel[T Elem](cfg SessionConfig, hash bool) (checkedModel, error) {
+	ins, outs, scan, err := modelIO(cfg.ModelPath, hash, cfg.trace)
+	if err != nil {
+		return checkedModel{}, err
+	}
 	in, ok := find(ins, cfg.InputName)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, cfg.ModelPath, cfg.InputName, ins)
+		return checkedModel{}, fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, cfg.ModelPath, cfg.InputName, ins)
 	}
 	if len(ins) != 1 {
-		return nil, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
+		return checkedModel{}, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
 	}
 	if in.Type != elemName[T]() {
-		return nil, fmt.Errorf("%w: input %q is %s, not %s (float32 and uint8 inputs are served)", ErrModel, in.Name, in.Type, elemName[T]())
+		return checkedModel{}, fmt.Errorf("%w: input %q is %s, not %s (float32 and uint8 inputs are served)", ErrModel, in.Name, in.Type, elemName[T]())
 	}
 	if len(in.Shape) != len(cfg.InputShape)+1 {
-		return nil, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
-	}
-	if in.Shape[0] != -1 && (in.Shape[0] != 1 || cfg.MaxBatchSize > 1) {
-		return nil, fmt.Errorf("%w: input %q has a fixed batch axis of %d; export the model with a dynamic batch axis (or a batch of 1 and batching.max_batch_size: 1)", ErrModel, in.Name, in.Shape[0])
+		return checkedModel{}, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
 	}
 	for i, d := range cfg.InputShape {
 		if m := in.Shape[i+1]; m != -1 && m != d {
-			return nil, fmt.Errorf("%w: input %q has shape %v, the configuration gives [N %v] (check input.width/height/layout)", ErrModel, in.Name, in.Shape, cfg.InputShape)
+			return checkedModel{}, fmt.Errorf("%w: input %q has shape %v, the configuration gives [N %v] (check input.width/height/layout)", ErrModel, in.Name, in.Shape, cfg.InputShape)
 		}
 	}
 	rowIn := 1
 	for _, d := range cfg.InputShape {
 		rowIn *= int(d)
 	}
+	m := checkedModel{scan: scan, input: in, batchAxis: in.Shape[0], rowIn: rowIn}
 	if len(cfg.OutputNames) > 0 {
-		specs, err := outputSpecs(cfg, outs, in.Shape[0] == 1)
-		if err != nil {
-			return nil, err
+		if m.specs, err = outputSpecs(cfg, outs, in.Shape[0] == 1); err != nil {
+			return checkedModel{}, err
 		}
-		core, err := newCore(cfg, scan)
-		if err != nil {
-			return nil, err
-		}
-		s := newInstance[T](core, cfg.InputShape, rowIn, 0, cfg.MaxBatchSize)
-		s.multi = newMultiOut(specs, cfg.MaxBatchSize)
-		s.outputs = make([]onnx.Value, len(specs))
-		return s, nil
+		return m, nil
 	}
 	out, ok := find(outs, cfg.OutputName)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
+		return checkedModel{}, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
 	}
 	if out.Type != "float32" {
-		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
+		return checkedModel{}, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
 	}
 	if len(out.Shape) != 2 || out.Shape[1] < 1 {
-		return nil, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
+		return checkedModel{}, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
 	}
-	core, err := newCore(cfg, scan)
-	if err != nil {
-		return nil, err
+	m.classes = int(out.Shape[1])
+	return m, nil
+}
+
+// instance makes a session of n rows over core for the model m checked: one output of
+// m.classes scores per row, or the outputs m.specs names.
+func instance[T Elem](core *sessionCore, cfg SessionConfig, m checkedModel, n int) *Session[T] {
+	s := newInstance[T](core, cfg.InputShape, m.rowIn, m.classes, n)
+	if m.specs != nil {
+		s.multi = newMultiOut(m.specs, n)
+		s.outputs = make([]onnx.Value, len(m.specs))
 	}
-	return newInstance[T](core, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+	return s
+}
+
+func (m checkedModel) fixedBatchError(cfg SessionConfig) error {
+	return fmt.Errorf("%w: input %q has a fixed batch axis of %d; export the model with a dynamic batch axis (or a batch of 1 and batching.max_batch_size: 1)", ErrModel, m.input.Name, m.batchAxis)
 }
 
 // outputNames are the outputs cfg's session runs.
@@ -624,6 +653,17 @@ func (s *Session[T]) Run(n int) ([]float32, error) {
 
 // Close releases the session and its tensors. It may be called more than once.
 func (s *Session[T]) Close() error {
+	s.closeViews()
+	if s.core != nil {
+		err := s.core.release()
+		s.core = nil
+		return err
+	}
+	return nil
+}
+
+// closeViews destroys the session's tensors (not its ONNX Runtime session).
+func (s *Session[T]) closeViews() {
 	for i := range s.inViews {
 		if s.inViews[i] != nil {
 			s.inViews[i].Destroy()
@@ -636,10 +676,4 @@ func (s *Session[T]) Close() error {
 	if s.multi != nil {
 		s.multi.destroy()
 	}
-	if s.core != nil {
-		err := s.core.release()
-		s.core = nil
-		return err
-	}
-	return nil
 }
