@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
@@ -33,6 +34,7 @@ type model struct {
 	inputName      string
 	outputName     string
 	parameters     map[string]string // ModelOptions.Parameters
+	config         *inference.ModelConfig // ModelOptions.Config
 	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
@@ -126,7 +128,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	m := &model{
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
-		idle: make(chan struct{}), parameters: o.Parameters, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
+		idle: make(chan struct{}), parameters: o.Parameters, config: o.Config, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {

@@ -43,8 +43,9 @@ type Server struct {
 	retryAfter string
 
 	repo     Repository
-	applyMu  sync.Mutex // serializes changes to models
-	stopped  bool       // under applyMu: Shutdown closes the models, none is loaded after
+	applyMu  sync.Mutex      // serializes changes to models
+	stopped  bool            // under applyMu: Shutdown closes the models, none is loaded after
+	loaded   map[string]bool // under applyMu: models LoadModel named since UnloadModel (ModelSpec.Idle)
 	models   atomic.Pointer[modelTable]
 	states   states
 	retiring sync.WaitGroup // models being closed after a reload or an unload
