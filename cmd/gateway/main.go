@@ -121,6 +121,10 @@ func run(o *options, src source, log *slog.Logger) error {
 		closeNow()
 		return err
 	}
+	if err := loadAtStart(srv, cfg, log); err != nil { // explicit model control (triton.go)
+		closeNow()
+		return err
+	}
 	if check {
 		for _, m := range cfg.Models {
 			fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
