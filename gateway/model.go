@@ -33,9 +33,9 @@ type model struct {
 	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
 	inputName      string
 	outputName     string
-	parameters     map[string]string // ModelOptions.Parameters
+	parameters     map[string]string      // ModelOptions.Parameters
 	config         *inference.ModelConfig // ModelOptions.Config
-	shape          []int64           // one sample's input shape, e.g. [3 224 224]
+	shape          []int64                // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
 	maxBatch       int
