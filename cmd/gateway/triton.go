@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/imagegate/imagegate/configs"
 	"github.com/imagegate/imagegate/configs/triton"
 	"github.com/imagegate/imagegate/gateway"
@@ -262,4 +264,20 @@ func loadAtStart(srv *gateway.Server, cfg *configs.Config, log *slog.Logger) err
 	}
 	log.Info("model control explicit: models loaded at start", "models", len(names))
 	return errors.Join(errs...)
+}
+
+// tritonNote is what -print-config shows of a model of the Triton repository, which the YAML
+// it prints leaves to repository.path: the model as the gateway serves it, in the YAML's keys.
+func tritonNote(m *configs.Model) string {
+	if m.Triton == nil {
+		return ""
+	}
+	var b strings.Builder
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if enc.Encode(m) != nil || enc.Close() != nil {
+		return ""
+	}
+	return "\nfrom the model repository (repository.path reads it again), as a models entry it would be:\n" +
+		"  - " + strings.ReplaceAll(strings.TrimRight(b.String(), "\n"), "\n", "\n    ")
 }
