@@ -13,7 +13,7 @@ export GOEXPERIMENT ?= simd
 .PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check
 
 setup:
-	scripts/setup.sh
+	scripts/setup.sh $(if $(MODEL_SOURCE),--from $(MODEL_SOURCE))
 
 setup-test:
 	scripts/setup.sh test
@@ -24,11 +24,18 @@ build:
 	$(GO) build -trimpath -ldflags "-X github.com/imagegate/imagegate/gateway.Version=$(VERSION)" -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -o bin/loadtest ./cmd/loadtest
 
-# make run: the committed default model (configs/gateway.yaml, or CONFIG=...).
+# make run: the pretrained ImageNet classifier scripts/setup.sh fetches (models/$(PRETRAINED)),
+# with no YAML; where it could not be fetched (offline), the committed default model
+# (configs/gateway.yaml, whose random weights the gateway warns of at start-up).
+# make run CONFIG=FILE: that configuration.
 # make run MODEL=NAME: models/NAME/model.onnx with no YAML; a model scripts/get-model.sh knows
 # is fetched first when it is not there (make model NAME=... fetches one without serving it).
+# RUN_ARGS is expanded when the recipe runs, after setup has fetched what it could.
+PRETRAINED := mobilenetv2-12-int8
 ifdef MODEL
 RUN_ARGS = -model models/$(MODEL)/model.onnx -name $(MODEL)
+else ifeq ($(origin CONFIG),file)
+RUN_ARGS = $(if $(wildcard models/$(PRETRAINED)/model.onnx),-model models/$(PRETRAINED)/model.onnx -name $(PRETRAINED),-config $(CONFIG))
 else
 RUN_ARGS = -config $(CONFIG)
 endif

@@ -190,6 +190,9 @@ type Model struct {
 	Preprocess Preprocess `yaml:"preprocess"`
 	Batching   Batching   `yaml:"batching"`
 	Runtime    Runtime    `yaml:"runtime"`
+	// Warning, when set, is logged as a warning each time the model loads: what its users
+	// must know (an untrained model, a deprecated one).
+	Warning string `yaml:"warning"`
 
 	// field is how errors name the model ("models[0] (resnet)").
 	field string

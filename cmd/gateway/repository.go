@@ -97,6 +97,9 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 			}
 			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
 				Load: func() (gateway.ModelOptions, error) {
+					if mc.Warning != "" {
+						r.log.Warn("model "+mc.Name+": "+mc.Warning, "model", mc.Name, "version", v.Version)
+					}
 					mo, err := modelOptions(mc, v.Version, cfg.Server, r.log)
 					return tritonOptions(mc, mo, err)
 				}})
