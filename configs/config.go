@@ -139,10 +139,10 @@ type AccessLog struct {
 // Repository configures where models come from besides models (a Triton model repository)
 // and how the served models follow the configuration and their files (Triton's model control).
 type Repository struct {
-	// Path is a Triton model repository: every folder under it is a model, <path>/<model>/
-	// <version>/model.onnx, configured by its config.pbtxt, read with Triton's schema
-	// (docs/triton.md says what is honoured and what is refused), or without one from its
-	// ONNX file as -model does. Served beside models (the names must differ). The
+	// Path is a Triton model repository: every folder under it is a model,
+	// <path>/<model>/<version>/model.onnx, configured by its config.pbtxt, read with Triton's
+	// schema (docs/triton.md says what is honoured and what is refused), or without one from
+	// its ONNX file as -model does. Served beside models (the names must differ). The
 	// -model-repository flag sets it.
 	Path string `yaml:"path"`
 	// ModelControlMode is Triton's: none (every model is loaded at start; SIGHUP and the

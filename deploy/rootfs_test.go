@@ -386,6 +386,52 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		checkGRPCHealth(t, grpcAddr)
 		g.stop(t)
 	})
+
+	t.Run("kserve-triton", func(t *testing.T) {
+		// KServe's Triton runtime's args (servingruntime-triton.yaml), word for word but for
+		// the ports, over a Triton model repository with a config.pbtxt.
+		var rt servingRuntime
+		if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join("kserve", "servingruntime-triton.yaml"))), &rt); err != nil {
+			t.Fatal(err)
+		}
+		models := filepath.Join(t.TempDir(), "mnt", "models")
+		if err := os.MkdirAll(filepath.Join(models, "weather", "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for n, dst := range map[string]string{"model.onnx": filepath.Join("1", "model.onnx"), "labels.txt": "labels.txt"} {
+			if err := os.Symlink(filepath.Join(root, "app", "models", "mobilenet_v3_small", n), filepath.Join(models, "weather", dst)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pbtxt := "platform: \"onnxruntime_onnx\"\nmax_batch_size: 4\noutput [{ name: \"output\" dims: [11] label_filename: \"labels.txt\" }]\ndynamic_batching {}\n"
+		if err := os.WriteFile(filepath.Join(models, "weather", "config.pbtxt"), []byte(pbtxt), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+		var args []string
+		for _, a := range rt.Spec.Containers[0].Args {
+			a = strings.Replace(a, "/mnt/models", models, 1)
+			switch {
+			case strings.HasPrefix(a, "--http-port="):
+				a = "--http-port=0" // any free port; the test reads the one it got
+			case strings.HasPrefix(a, "--grpc-port="):
+				a = "--grpc-port=" + grpcPort
+			}
+			args = append(args, a)
+		}
+		cmd := exec.Command(loader, append([]string{"--inhibit-cache", "--library-path", libPath, bin}, args...)...)
+		cmd.Env = append(remapEnv(stage.env), "XDG_CACHE_HOME="+t.TempDir())
+		g := startRootfsGateway(t, cmd, root)
+		if st, body := g.get(t, "/v2/models/weather/config"); st != 200 || !strings.Contains(string(body), `"max_batch_size":4`) {
+			t.Fatalf("/v2/models/weather/config: %d %s", st, body)
+		}
+		st, body := g.post(t, "/models/weather/predict", "image/jpeg", jpeg)
+		if st != 200 || !slices.ContainsFunc(labels, func(l string) bool { return strings.Contains(string(body), `"`+l+`"`) }) {
+			t.Fatalf("predict: %d %s", st, body)
+		}
+		checkGRPCHealth(t, net.JoinHostPort("127.0.0.1", grpcPort))
+		g.stop(t)
+	})
 }
 
 // listRootfs logs every file of the set with its size and the total, checks that each file

@@ -42,7 +42,11 @@ type tritonFlags struct {
 	allowGRPC   bool
 	allowHTTP   bool
 	strictModel bool
-	tritonMode  bool // the command line began with the word tritonserver
+	exitOnError bool
+	logVerbose  int
+	metricsPort int
+	ignored     stringList // Triton's flags accepted and not honoured: logged at start
+	tritonMode  bool       // the command line began with the word tritonserver
 }
 
 // stringList is a flag that may be given several times.
@@ -63,7 +67,20 @@ func addTritonFlags(fs *flag.FlagSet) *tritonFlags {
 	fs.IntVar(&f.grpcPort, "grpc-port", -1, "serve gRPC on 0.0.0.0:PORT (Triton's spelling of -grpc-listen)")
 	fs.BoolVar(&f.allowGRPC, "allow-grpc", true, "false: no gRPC listener (Triton's flag)")
 	fs.BoolVar(&f.allowHTTP, "allow-http", true, "Triton's flag: HTTP is always served; false is refused")
-	fs.BoolVar(&f.strictModel, "strict-model-config", false, "Triton's flag: false (the gateway completes a configuration from the model, as Triton's auto-complete); true is refused")
+	fs.BoolVar(&f.strictModel, "strict-model-config", false, "Triton's flag: the gateway completes a configuration from the model, as Triton's auto-complete (true is logged as not honoured)")
+	fs.BoolVar(&f.exitOnError, "exit-on-error", true, "Triton's flag: false serves the models that load when others fail at start")
+	fs.IntVar(&f.logVerbose, "log-verbose", 0, "Triton's flag: above 0 logs at level debug")
+	fs.IntVar(&f.metricsPort, "metrics-port", -1, "Triton's flag, not honoured (logged): metrics are at /metrics on the HTTP port and the admin port")
+	fs.Func("backend-config", "Triton's flag, accepted and not honoured (logged at start)", func(v string) error {
+		f.ignored = append(f.ignored, "--backend-config="+v)
+		return nil
+	})
+	for _, n := range []string{"allow-metrics", "allow-gpu-metrics", "log-info", "log-warning", "log-error"} {
+		fs.BoolFunc(n, "Triton's flag, accepted and not honoured (logged at start)", func(v string) error {
+			f.ignored = append(f.ignored, "--"+n+"="+v)
+			return nil
+		})
+	}
 	return f
 }
 
@@ -107,13 +124,21 @@ func (f *tritonFlags) validate(o *options) error {
 		return fmt.Errorf("-repository-poll-secs must be at least 1, got %d", f.pollSecs)
 	case !f.allowHTTP:
 		return errors.New("-allow-http=false: the gateway always serves HTTP (its health checks and metrics are there)")
-	case f.strictModel:
-		return errors.New("-strict-model-config=true is not supported: the gateway completes what a config.pbtxt leaves out from the model, as Triton's auto-complete (-strict-model-config=false)")
 	case !f.allowGRPC && (set["grpc_port"] || o.grpcListen != ""):
 		return errors.New("-allow-grpc=false with a gRPC address")
 	}
+	f.controlMode = strings.ToLower(f.controlMode) // Triton's documentation writes POLL, EXPLICIT
 	if f.controlMode != "" && !slices.Contains([]string{configs.ControlNone, configs.ControlPoll, configs.ControlExplicit}, f.controlMode) {
 		return fmt.Errorf("-model-control-mode must be none, poll or explicit, got %q", f.controlMode)
+	}
+	if f.strictModel {
+		f.ignored = append(f.ignored, "--strict-model-config=true (a configuration is completed from the model)")
+	}
+	if set["metrics_port"] {
+		f.ignored = append(f.ignored, fmt.Sprintf("--metrics-port=%d (metrics are at /metrics on the HTTP port and the admin port)", f.metricsPort))
+	}
+	if f.logVerbose > 0 && o.logLevel == "" {
+		o.logLevel = "debug"
 	}
 	switch {
 	case !f.allowGRPC:
@@ -239,8 +264,23 @@ func tritonOptions(m configs.Model, mo gateway.ModelOptions, err error) (gateway
 	return mo, nil
 }
 
-// loadAtStart loads, in explicit model control, the models of repository.load_models ("*":
-// every model): each must load, as Triton's --load-model.
+// startModels loads what is served at start: every model (Reload), then, in explicit model
+// control, the models of repository.load_models ("*": every model), each of which must load,
+// as Triton's --load-model. With --exit-on-error=false a model that fails is logged and the
+// others are served.
+func startModels(srv *gateway.Server, cfg *configs.Config, f *tritonFlags, log *slog.Logger) error {
+	if len(f.ignored) > 0 {
+		log.Warn("Triton's flags accepted and not honoured: " + strings.Join(f.ignored, ", "))
+	}
+	err := errors.Join(srv.Reload(), loadAtStart(srv, cfg, log))
+	if err != nil && !f.exitOnError {
+		log.Error("models failed to load: serving the others (--exit-on-error=false)", "err", err)
+		return nil
+	}
+	return err
+}
+
+// loadAtStart loads the models of repository.load_models in explicit model control.
 func loadAtStart(srv *gateway.Server, cfg *configs.Config, log *slog.Logger) error {
 	r := cfg.Repository
 	if r.ModelControlMode != configs.ControlExplicit {

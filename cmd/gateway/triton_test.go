@@ -382,6 +382,23 @@ func TestTritonCommandLine(t *testing.T) {
 	if !strings.Contains(g.log(), "msg=grpc addr=[::]:") && !strings.Contains(g.log(), "msg=grpc addr=0.0.0.0:") {
 		t.Errorf("gRPC is not served on every interface:\n%s", g.log())
 	}
+	// Flags of scripts written for tritonserver: accepted, and what is not honoured is said.
+	// --exit-on-error=false serves the models that load when another one fails.
+	weatherFolder(t, repo, "broken")
+	writeFile(t, filepath.Join(repo, "broken", "config.pbtxt"), `platform: "pytorch_libtorch"`)
+	g = launch(t, nil, "--model-repository="+repo, "--model-control-mode=POLL", "--exit-on-error=false", "--log-verbose=1",
+		"--metrics-port=8002", "--allow-metrics=false", "--backend-config=onnxruntime,default-max-batch-size=8", "--strict-model-config=true",
+		"-listen", "127.0.0.1:0", "-admin-listen", "off", "-grpc-listen", "off")
+	log := g.log()
+	for _, s := range []string{`msg="Triton's flags accepted and not honoured: --allow-metrics=false, --backend-config=onnxruntime,default-max-batch-size=8, --strict-model-config=true (a configuration is completed from the model), --metrics-port=8002 (metrics are at /metrics`,
+		`msg="models failed to load: serving the others (--exit-on-error=false)"`, `platform: \"pytorch_libtorch\" is not served`, "level=DEBUG"} {
+		if !strings.Contains(log, s) {
+			t.Errorf("log: no %s:\n%s", s, log)
+		}
+	}
+	if a := g.do("GET", "/v2/models/weather/ready", "", nil); a.status != 200 {
+		t.Errorf("weather beside the broken model: %d", a.status)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -390,7 +407,6 @@ func TestTritonCommandLine(t *testing.T) {
 		{[]string{"--load-model", "a"}, "go with -model-repository"},
 		{[]string{"--model-repository", repo, "--model-control-mode", "sometimes"}, "-model-control-mode must be none, poll or explicit"},
 		{[]string{"--model-repository", repo, "--allow-http=false"}, "always serves HTTP"},
-		{[]string{"--model-repository", repo, "--strict-model-config=true"}, "-strict-model-config=true is not supported"},
 		{[]string{"--model-repository", repo, "--grpc-port", "1", "-grpc-listen", ":2"}, "not both"},
 		{[]string{"--model-repository", repo, "stray"}, `unexpected argument "stray"`},
 		{[]string{"--model-repository", repo, "--load-model", "weather"}, "repository.load_models: loads models at start in model_control_mode explicit only"},

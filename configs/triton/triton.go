@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -449,6 +450,32 @@ var handled = map[string]bool{
 	"sequence_batching": true, "ensemble_scheduling": true, "batch_input": true, "batch_output": true,
 	"model_transaction_policy.": true, "model_transaction_policy.decoupled": true,
 }
+
+// refused are the fields Map refuses (when set to what the gateway cannot serve: another
+// platform, several inputs...), as docs/triton.md lists them.
+var refused = []string{"name", "platform", "backend", "max_batch_size", "input", "input.data_type", "input.dims",
+	"sequence_batching", "ensemble_scheduling", "model_transaction_policy.decoupled", "batch_input", "batch_output",
+	"dynamic_batching.priority_levels", "parameters"}
+
+// Honoured lists the fields of config.pbtxt that Map reads; Refused those it refuses when
+// they ask what the gateway cannot serve; Named the fields it names in its warning with what
+// the gateway does instead. docs/triton.md's tables are held to them.
+func Honoured() []string {
+	var out []string
+	for k := range handled {
+		if !strings.HasSuffix(k, ".") && !slices.Contains([]string{"sequence_batching", "ensemble_scheduling", "batch_input", "batch_output", "model_transaction_policy.decoupled"}, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Refused: see Honoured.
+func Refused() []string { return slices.Sorted(slices.Values(refused)) }
+
+// Named: see Honoured.
+func Named() map[string]string { return maps.Clone(why) }
 
 // why says what the gateway does instead, for fields that are commonly set.
 var why = map[string]string{
