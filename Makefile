@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check openapi-test
 
 setup:
 	scripts/setup.sh $(if $(MODEL_SOURCE),--from $(MODEL_SOURCE))
@@ -74,6 +74,7 @@ test: setup-test build vet
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
 	$(MAKE) fuzz FUZZTIME=10s
 	$(MAKE) deploy-test
+	$(MAKE) openapi-test
 	$(MAKE) fleet-short
 
 FUZZTIME ?= 30s
@@ -126,6 +127,13 @@ image:
 # and the monitoring rules and dashboard (promtool, and against bin/gateway and a real Prometheus).
 deploy-test: build rootfs
 	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 10m ./...
+
+# The OpenAPI document's checks (openapitest/, a Go module of its own, so that the validator,
+# github.com/pb33f/libopenapi-validator, stays out of the server's go.mod): docs/openapi.yaml is
+# a valid OpenAPI 3.1 document, and a running bin/gateway's answers to a request of every
+# operation it describes match it.
+openapi-test: build
+	cd openapitest && $(GO) vet ./... && GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 5m ./...
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and
