@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check openapi-test
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image image-multiarch deploy-test deploy-schemas fleet fleet-short proto proto-check openapi-test
 
 setup:
 	scripts/setup.sh $(if $(MODEL_SOURCE),--from $(MODEL_SOURCE))
@@ -114,12 +114,21 @@ reliability: setup-test build
 rootfs:
 	VERSION=$(VERSION) scripts/rootfs.sh bin/rootfs
 
-# The multi-arch image. Needs a Docker engine with buildx (none runs on our machines: there,
-# make rootfs and deploy/rootfs_test.go prove the runtime stage).
+# The image, for this machine's platform, with no container engine: the Dockerfile's runtime
+# stage (FROM scratch + the rootfs) written by deploy/cmd/ociimage as an archive that
+# `docker load -i`, `podman load -i` and `ctr image import` read (an OCI image layout with
+# Docker's manifest.json), then run as `docker run --rm -p 8080:8080 $(IMAGE):$(VERSION)`.
+# deploy/rootfs_test.go loads it with podman, unpacks it and runs it with its own configuration.
 IMAGE ?= ghcr.io/imagegate/imagegate
+image: rootfs
+	cd deploy && $(GO) run ./cmd/ociimage -rootfs $(CURDIR)/bin/rootfs -dockerfile $(CURDIR)/Dockerfile \
+	  -version $(VERSION) -ref $(IMAGE):$(VERSION) -o $(CURDIR)/bin/imagegate-$(VERSION).tar
+
+# The multi-arch image with a Docker engine and buildx, as the release workflow builds and
+# pushes it (.github/workflows/release.yml): IMAGE_PUSH=1 pushes.
 PLATFORMS ?= linux/amd64,linux/arm64
-image:
-	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+image-multiarch:
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) $(if $(IMAGE_PUSH),--push) .
 
 # The deployment files' checks (deploy/, a Go module of its own): every manifest and kustomize
 # rendering decoded strictly into the official types and validated with kubeconform against

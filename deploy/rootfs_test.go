@@ -25,6 +25,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/linter"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
@@ -383,6 +384,30 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 			!slices.Equal(resp.Outputs[0].Shape, []int{1, len(labels)}) || len(resp.Outputs[0].Data) != len(labels) {
 			t.Fatalf("v2 infer: %d %s", st, body)
 		}
+		checkGRPCHealth(t, grpcAddr)
+		g.stop(t)
+	})
+
+	t.Run("image", func(t *testing.T) {
+		// make image's archive of this file set, read back as a container engine reads it, and
+		// run as one runs it: the layer unpacked, the image's own configuration applied.
+		if os.Geteuid() != 0 {
+			t.Skip("running the unpacked image (chroot, its user) needs root")
+		}
+		img, config := imageArchive(t, root, stage, version)
+		unpacked := t.TempDir()
+		untar(t, mutate.Extract(img), unpacked)
+		c := config.Config
+		uid, gid := parseUser(t, c.User)
+		args := append(slices.Clone(c.Entrypoint[1:]), c.Cmd...)
+		cmd := exec.Command(c.Entrypoint[0], append(args, "-listen", "127.0.0.1:0")...)
+		cmd.Dir = c.WorkingDir
+		cmd.Env = imageEnv(c.Env)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: unpacked, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		g := startRootfsGateway(t, cmd, unpacked)
+		g.checkWarmCache(t)
+		g.predict(t, jpeg, labels)
+		g.checkVersion(t, version)
 		checkGRPCHealth(t, grpcAddr)
 		g.stop(t)
 	})

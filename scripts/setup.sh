@@ -6,7 +6,9 @@
 #                                      model; --from takes the model from a mirror or a folder)
 #   scripts/setup.sh test     also what the test suite needs (headless Chromium for the
 #                             load generator's HTML report test, HAProxy for the fleet test,
-#                             Prometheus's promtool and server for the metrics tests); the
+#                             Prometheus's promtool and server for the metrics tests, podman
+#                             to load the image make image writes, shellcheck for the
+#                             workflows' scripts); the
 #                             tests read their models from ../shared and fetch none
 # It is idempotent: packages already installed are not fetched again.
 set -euo pipefail
@@ -26,7 +28,7 @@ done
 pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev libspng-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ $mode = test ]; then
-  pkgs+=(chromium haproxy prometheus)
+  pkgs+=(chromium haproxy prometheus podman shellcheck)
 fi
 
 missing=()
