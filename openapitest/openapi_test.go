@@ -217,63 +217,7 @@ repository: {path: %s}
 	var jb bytes.Buffer
 	jpeg.Encode(&jb, img, &jpeg.Options{Quality: 90})
 	photo := jb.Bytes()
-	b64 := base64.StdEncoding.EncodeToString(photo)
-	inferJSON := []byte(`{"id":"a","inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["` + b64 + `"]}],"outputs":[{"name":"output","parameters":{"classification":3}}]}`)
-	// Binary tensor data both ways: the image's bytes after the JSON, the scores likewise.
-	head := []byte(`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","parameters":{"binary_data_size":` + fmt.Sprint(4+len(photo)) + `}}],"parameters":{"binary_data_output":true}}`)
-	inferBinary := append(append([]byte{}, head...), binary.LittleEndian.AppendUint32(nil, uint32(len(photo)))...)
-	inferBinary = append(inferBinary, photo...)
-	tensor := make([]byte, 4*3*224*224)
-	tensorJSON := []byte(`{"inputs":[{"name":"input","shape":[1,3,224,224],"datatype":"FP32","parameters":{"binary_data_size":` + fmt.Sprint(len(tensor)) + `}}]}`)
-	inferTensor := append(append([]byte{}, tensorJSON...), tensor...)
-
-	calls := []call{
-		{op: "GET /", method: "GET", path: "/", status: 200},
-		{op: "POST /predict", method: "POST", path: "/predict?top_k=3", ctype: "image/jpeg", body: photo, status: 200, header: []string{"X-Request-ID", "openapi-1", "X-Request-Timeout", "20000"}},
-		{op: "POST /predict/", method: "POST", path: "/predict/", ctype: "application/json", body: []byte(`{"image":"` + b64 + `"}`), status: 200},
-		{op: "POST /models/{model}/predict", method: "POST", path: "/models/imagenet/predict?priority=0", ctype: "application/x-www-form-urlencoded", body: photo, status: 200}, // curl's default type
-		{op: "POST /models/{model}/predict", method: "POST", path: "/models/weather/predict", ctype: "application/octet-stream", body: photo, status: 200},
-		{op: "POST /models/{model}/predict", method: "POST", path: "/models/nope/predict", ctype: "image/jpeg", body: photo, status: 404},
-		{op: "POST /predict", method: "POST", path: "/predict", ctype: "text/plain", body: []byte("not an image"), status: 415},
-		{op: "POST /predict", method: "POST", path: "/predict?top_k=x", ctype: "image/jpeg", body: photo, status: 400, invalid: true},
-		{op: "GET /models/{model}", method: "GET", path: "/models/imagenet", status: 200},
-		{op: "GET /v2", method: "GET", path: "/v2", status: 200},
-		{op: "GET /v2/", method: "GET", path: "/v2/", status: 200},
-		{op: "GET /v2", method: "GET", path: "/v2", admin: true, status: 200},
-		{op: "GET /v2/health/live", method: "GET", path: "/v2/health/live", status: 200},
-		{op: "GET /v2/health/ready", method: "GET", path: "/v2/health/ready", status: 200},
-		{op: "GET /v2/models/{model}", method: "GET", path: "/v2/models/imagenet", status: 200},
-		{op: "GET /v2/models/{model}", method: "GET", path: "/v2/models/imagenet.tensor", status: 200},
-		{op: "GET /v2/models/{model}", method: "GET", path: "/v2/models/nope", status: 404},
-		{op: "GET /v2/models/{model}/versions/{version}", method: "GET", path: "/v2/models/weather/versions/1", status: 200},
-		{op: "GET /v2/models/{model}/versions/{version}", method: "GET", path: "/v2/models/weather/versions/9", status: 404},
-		{op: "GET /v2/models/{model}/ready", method: "GET", path: "/v2/models/imagenet/ready", status: 200},
-		{op: "GET /v2/models/{model}/versions/{version}/ready", method: "GET", path: "/v2/models/imagenet/versions/1/ready", status: 200},
-		{op: "GET /v2/models/{model}/config", method: "GET", path: "/v2/models/imagenet/config", status: 200},
-		{op: "GET /v2/models/{model}/config", method: "GET", path: "/v2/models/weather/config", status: 200},
-		{op: "GET /v2/models/{model}/versions/{version}/config", method: "GET", path: "/v2/models/imagenet.tensor/versions/1/config", status: 200},
-		{op: "POST /v2/models/{model}/infer", method: "POST", path: "/v2/models/imagenet/infer", ctype: "application/json", body: inferJSON, status: 200},
-		{op: "POST /v2/models/{model}/infer", method: "POST", path: "/v2/models/imagenet/infer", ctype: "application/json", body: []byte(`{"inputs":[`), status: 400, invalid: true},
-		{op: "POST /v2/models/{model}/versions/{version}/infer", method: "POST", path: "/v2/models/imagenet/versions/1/infer", ctype: "application/octet-stream",
-			header: []string{"Inference-Header-Content-Length", fmt.Sprint(len(head))}, body: inferBinary, status: 200},
-		{op: "POST /v2/models/{model}/infer", method: "POST", path: "/v2/models/weather.tensor/infer", ctype: "application/octet-stream",
-			header: []string{"Inference-Header-Content-Length", fmt.Sprint(len(tensorJSON))}, body: inferTensor, status: 200},
-		{op: "GET /v2/models/stats", method: "GET", path: "/v2/models/stats", status: 200},
-		{op: "GET /v2/models/{model}/stats", method: "GET", path: "/v2/models/imagenet/stats", status: 200},
-		{op: "GET /v2/models/{model}/versions/{version}/stats", method: "GET", path: "/v2/models/imagenet/versions/1/stats", admin: true, status: 200},
-		{op: "GET /metrics", method: "GET", path: "/metrics", status: 200},
-		{op: "GET /openapi.json", method: "GET", path: "/openapi.json", status: 200},
-		{op: "POST /v2/repository/index", method: "POST", path: "/v2/repository/index", admin: true, status: 200},
-		{op: "POST /v2/repository/index", method: "POST", path: "/v2/repository/index", admin: true, ctype: "application/json", body: []byte(`{"ready":true}`), status: 200},
-		{op: "POST /v2/repository/models/{model}/unload", method: "POST", path: "/v2/repository/models/weather/unload", admin: true, status: 200},
-		{op: "POST /v2/repository/models/{model}/unload", method: "POST", path: "/v2/repository/models/weather/unload", admin: true, status: 404},
-		{op: "POST /v2/repository/models/{model}/load", method: "POST", path: "/v2/repository/models/weather/load", admin: true, ctype: "application/json", body: []byte(`{"parameters":{}}`), status: 200},
-		{op: "POST /v2/repository/models/{model}/load", method: "POST", path: "/v2/repository/models/weather/load", admin: true, ctype: "application/json", body: []byte(`{"parameters":{"config":"{}"}}`), status: 400},
-		{op: "POST /v2/repository/reload", method: "POST", path: "/v2/repository/reload", admin: true, status: 200},
-		{op: "GET /debug/pprof/", method: "GET", path: "/debug/pprof/", admin: true, status: 200},
-		{op: "GET /debug/pprof/{profile}", method: "GET", path: "/debug/pprof/goroutine?debug=1", admin: true, status: 200},
-		{op: "GET /debug/pprof/{profile}", method: "GET", path: "/debug/pprof/heap", admin: true, status: 200},
-	}
+	calls := testRequests(photo)
 	v, spec := newValidator(t)
 	covered := map[string]bool{}
 	for _, c := range calls {
@@ -338,5 +282,67 @@ repository: {path: %s}
 		if !slices.Contains(operations(t, spec), op) {
 			t.Errorf("the test names %s, which the document does not have", op)
 		}
+	}
+}
+
+// testRequests are the test's requests, each with the operation it exercises: one at least for
+// every operation of the document, and error answers (404, 400, 415) too.
+func testRequests(photo []byte) []call {
+	b64 := base64.StdEncoding.EncodeToString(photo)
+	inferJSON := []byte(`{"id":"a","inputs":[{"name":"input","shape":[1],"datatype":"BYTES","data":["` + b64 + `"]}],"outputs":[{"name":"output","parameters":{"classification":3}}]}`)
+	// Binary tensor data both ways: the image's bytes after the JSON, the scores likewise.
+	head := []byte(`{"inputs":[{"name":"input","shape":[1],"datatype":"BYTES","parameters":{"binary_data_size":` + fmt.Sprint(4+len(photo)) + `}}],"parameters":{"binary_data_output":true}}`)
+	inferBinary := append(append([]byte{}, head...), binary.LittleEndian.AppendUint32(nil, uint32(len(photo)))...)
+	inferBinary = append(inferBinary, photo...)
+	tensor := make([]byte, 4*3*224*224)
+	tensorJSON := []byte(`{"inputs":[{"name":"input","shape":[1,3,224,224],"datatype":"FP32","parameters":{"binary_data_size":` + fmt.Sprint(len(tensor)) + `}}]}`)
+	inferTensor := append(append([]byte{}, tensorJSON...), tensor...)
+
+	return []call{
+		{op: "GET /", method: "GET", path: "/", status: 200},
+		{op: "POST /predict", method: "POST", path: "/predict?top_k=3", ctype: "image/jpeg", body: photo, status: 200, header: []string{"X-Request-ID", "openapi-1", "X-Request-Timeout", "20000"}},
+		{op: "POST /predict/", method: "POST", path: "/predict/", ctype: "application/json", body: []byte(`{"image":"` + b64 + `"}`), status: 200},
+		{op: "POST /models/{model}/predict", method: "POST", path: "/models/imagenet/predict?priority=0", ctype: "application/x-www-form-urlencoded", body: photo, status: 200}, // curl's default type
+		{op: "POST /models/{model}/predict", method: "POST", path: "/models/weather/predict", ctype: "application/octet-stream", body: photo, status: 200},
+		{op: "POST /models/{model}/predict", method: "POST", path: "/models/nope/predict", ctype: "image/jpeg", body: photo, status: 404},
+		{op: "POST /predict", method: "POST", path: "/predict", ctype: "text/plain", body: []byte("not an image"), status: 415},
+		{op: "POST /predict", method: "POST", path: "/predict?top_k=x", ctype: "image/jpeg", body: photo, status: 400, invalid: true},
+		{op: "GET /models/{model}", method: "GET", path: "/models/imagenet", status: 200},
+		{op: "GET /v2", method: "GET", path: "/v2", status: 200},
+		{op: "GET /v2/", method: "GET", path: "/v2/", status: 200},
+		{op: "GET /v2", method: "GET", path: "/v2", admin: true, status: 200},
+		{op: "GET /v2/health/live", method: "GET", path: "/v2/health/live", status: 200},
+		{op: "GET /v2/health/ready", method: "GET", path: "/v2/health/ready", status: 200},
+		{op: "GET /v2/models/{model}", method: "GET", path: "/v2/models/imagenet", status: 200},
+		{op: "GET /v2/models/{model}", method: "GET", path: "/v2/models/imagenet.tensor", status: 200},
+		{op: "GET /v2/models/{model}", method: "GET", path: "/v2/models/nope", status: 404},
+		{op: "GET /v2/models/{model}/versions/{version}", method: "GET", path: "/v2/models/weather/versions/1", status: 200},
+		{op: "GET /v2/models/{model}/versions/{version}", method: "GET", path: "/v2/models/weather/versions/9", status: 404},
+		{op: "GET /v2/models/{model}/ready", method: "GET", path: "/v2/models/imagenet/ready", status: 200},
+		{op: "GET /v2/models/{model}/versions/{version}/ready", method: "GET", path: "/v2/models/imagenet/versions/1/ready", status: 200},
+		{op: "GET /v2/models/{model}/config", method: "GET", path: "/v2/models/imagenet/config", status: 200},
+		{op: "GET /v2/models/{model}/config", method: "GET", path: "/v2/models/weather/config", status: 200},
+		{op: "GET /v2/models/{model}/versions/{version}/config", method: "GET", path: "/v2/models/imagenet.tensor/versions/1/config", status: 200},
+		{op: "POST /v2/models/{model}/infer", method: "POST", path: "/v2/models/imagenet/infer", ctype: "application/json", body: inferJSON, status: 200},
+		{op: "POST /v2/models/{model}/infer", method: "POST", path: "/v2/models/imagenet/infer", ctype: "application/json", body: []byte(`{"inputs":[`), status: 400, invalid: true},
+		{op: "POST /v2/models/{model}/versions/{version}/infer", method: "POST", path: "/v2/models/imagenet/versions/1/infer", ctype: "application/octet-stream",
+			header: []string{"Inference-Header-Content-Length", fmt.Sprint(len(head))}, body: inferBinary, status: 200},
+		{op: "POST /v2/models/{model}/infer", method: "POST", path: "/v2/models/weather.tensor/infer", ctype: "application/octet-stream",
+			header: []string{"Inference-Header-Content-Length", fmt.Sprint(len(tensorJSON))}, body: inferTensor, status: 200},
+		{op: "GET /v2/models/stats", method: "GET", path: "/v2/models/stats", status: 200},
+		{op: "GET /v2/models/{model}/stats", method: "GET", path: "/v2/models/imagenet/stats", status: 200},
+		{op: "GET /v2/models/{model}/versions/{version}/stats", method: "GET", path: "/v2/models/imagenet/versions/1/stats", admin: true, status: 200},
+		{op: "GET /metrics", method: "GET", path: "/metrics", status: 200},
+		{op: "GET /openapi.json", method: "GET", path: "/openapi.json", status: 200},
+		{op: "POST /v2/repository/index", method: "POST", path: "/v2/repository/index", admin: true, status: 200},
+		{op: "POST /v2/repository/index", method: "POST", path: "/v2/repository/index", admin: true, ctype: "application/json", body: []byte(`{"ready":true}`), status: 200},
+		{op: "POST /v2/repository/models/{model}/unload", method: "POST", path: "/v2/repository/models/weather/unload", admin: true, status: 200},
+		{op: "POST /v2/repository/models/{model}/unload", method: "POST", path: "/v2/repository/models/weather/unload", admin: true, status: 404},
+		{op: "POST /v2/repository/models/{model}/load", method: "POST", path: "/v2/repository/models/weather/load", admin: true, ctype: "application/json", body: []byte(`{"parameters":{}}`), status: 200},
+		{op: "POST /v2/repository/models/{model}/load", method: "POST", path: "/v2/repository/models/weather/load", admin: true, ctype: "application/json", body: []byte(`{"parameters":{"config":"{}"}}`), status: 400},
+		{op: "POST /v2/repository/reload", method: "POST", path: "/v2/repository/reload", admin: true, status: 200},
+		{op: "GET /debug/pprof/", method: "GET", path: "/debug/pprof/", admin: true, status: 200},
+		{op: "GET /debug/pprof/{profile}", method: "GET", path: "/debug/pprof/goroutine?debug=1", admin: true, status: 200},
+		{op: "GET /debug/pprof/{profile}", method: "GET", path: "/debug/pprof/heap", admin: true, status: 200},
 	}
 }
