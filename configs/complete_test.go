@@ -333,7 +333,7 @@ models:
 				t.Errorf("model %d:\n%+v\n%+v", i, a, b)
 			}
 		}
-		if !reflect.DeepEqual(cfg.Server, back.Server) || cfg.Log != back.Log || cfg.Repository != back.Repository || cfg.ONNXRuntime != back.ONNXRuntime {
+		if !reflect.DeepEqual(cfg.Server, back.Server) || cfg.Log != back.Log || !reflect.DeepEqual(cfg.Repository, back.Repository) || cfg.ONNXRuntime != back.ONNXRuntime {
 			t.Errorf("round trip:\n%s", out)
 		}
 	}

@@ -21,6 +21,10 @@ type Config struct {
 	Repository  Repository  `yaml:"repository"`
 	Models      []Model     `yaml:"models"`
 
+	// FailedModels are the models of the Triton repository (repository.path) that cannot be
+	// served as their folders stand: their loads fail, saying why (Models holds the others).
+	FailedModels []FailedModel `yaml:"-"`
+
 	// keys holds every key the configuration set ("server.listen", "models[0].input.width")
 	// and whether its value spells zero: a zero that is not meaningful for its key is an
 	// error rather than silently the default.
@@ -138,11 +142,31 @@ type AccessLog struct {
 	Output string `yaml:"output"`
 }
 
-// Repository configures how the served models follow the configuration and their files.
+// Repository configures where models come from besides models (a Triton model repository)
+// and how the served models follow the configuration and their files (Triton's model control).
 type Repository struct {
-	// Poll, when positive, checks the configuration file and every model and label file this
-	// often and reloads what changed (as SIGHUP does). 0: no polling.
+	// Path is a Triton model repository: every folder under it is a model,
+	// <path>/<model>/<version>/model.onnx, configured by its config.pbtxt, read with Triton's
+	// schema (docs/triton.md says what is honoured and what is refused), or without one from
+	// its ONNX file as -model does. Served beside models (the names must differ). The
+	// -model-repository flag sets it.
+	Path string `yaml:"path"`
+	// ModelControlMode is Triton's: none (every model is loaded at start; SIGHUP and the
+	// repository API reload), poll (the configuration, the repository and the model files are
+	// checked every poll, and what changed is loaded, reloaded or unloaded, as SIGHUP does) or
+	// explicit (only load_models are loaded at start; the repository API loads and unloads any
+	// model the configuration or the repository holds). Empty: poll when poll is set, else
+	// none. The -model-control-mode flag sets it.
+	ModelControlMode string `yaml:"model_control_mode"`
+	// Poll is how often model_control_mode poll checks. 0: 15s (Triton's
+	// --repository-poll-secs) in poll mode; a positive value with no mode means poll.
 	Poll Duration `yaml:"poll"`
+	// LoadModels are the models loaded at start in explicit mode ("*": all of them). The
+	// -load-model flag adds to it.
+	LoadModels []string `yaml:"load_models"`
+	// Strict makes a config.pbtxt field that the gateway does not honour fail its model's
+	// load; otherwise one start-up warning per model names such fields.
+	Strict bool `yaml:"strict"`
 }
 
 // ONNXRuntime locates the ONNX Runtime shared library.
@@ -180,6 +204,9 @@ type Model struct {
 	Preprocess Preprocess `yaml:"preprocess"`
 	Batching   Batching   `yaml:"batching"`
 	Runtime    Runtime    `yaml:"runtime"`
+	// Warning, when set, is logged as a warning each time the model loads: what its users
+	// must know (an untrained model, a deprecated one).
+	Warning string `yaml:"warning"`
 
 	// field is how errors name the model ("models[0] (resnet)").
 	field string
@@ -189,6 +216,10 @@ type Model struct {
 	origin string
 	// labelsFound: Labels is a file found beside the model, not one the configuration named.
 	labelsFound bool
+
+	// Triton, for a model of the Triton model repository (repository.path): its folder and
+	// what its config.pbtxt holds; nil for the models the configuration lists.
+	Triton *TritonModel `yaml:"-"`
 }
 
 // VersionPolicy is Triton's: at most one of latest, all and specific (default: latest 1).
@@ -400,7 +431,10 @@ type Runtime struct {
 func (r Runtime) ShareSession() bool { return r.Sessions != "per_instance" }
 
 // Load reads, defaults and validates the configuration file at path.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, nil) }
+
+// LoadWith is Load with apply changing the configuration as ParseWith does.
+func LoadWith(path string, apply func(*Config)) (*Config, error) {
 	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read config: %w", err)
@@ -409,7 +443,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot resolve config path %q: %w", path, err)
 	}
-	cfg, err := Parse(data, filepath.Dir(abs))
+	cfg, err := ParseWith(data, filepath.Dir(abs), apply)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -419,7 +453,12 @@ func Load(path string) (*Config, error) {
 // Parse decodes YAML strictly, resolves relative paths against dir, applies defaults and
 // validates the result. Keys a model can tell (its input, output and preprocessing) stay
 // empty where the YAML leaves them so: Complete fills them from the model file.
-func Parse(data []byte, dir string) (*Config, error) {
+func Parse(data []byte, dir string) (*Config, error) { return ParseWith(data, dir, nil) }
+
+// ParseWith is Parse with apply, when not nil, changing the decoded configuration before its
+// paths are resolved, the defaults applied and the whole validated: what flags set over the
+// file (their paths absolute).
+func ParseWith(data []byte, dir string, apply func(*Config)) (*Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -438,8 +477,29 @@ func Parse(data []byte, dir string) (*Config, error) {
 		return nil, fmt.Errorf("cannot parse config: %w", err)
 	}
 	cfg.keys = setKeys(&doc)
+	if apply != nil {
+		apply(&cfg)
+	}
 	if err := cfg.finish(dir, "yaml"); err != nil {
 		return nil, err
+	}
+	return &cfg, nil
+}
+
+// ForRepository is the configuration of the gateway serving the Triton model repository
+// at dir with every other setting at its default (-model-repository without -config); apply,
+// when not nil, sets what other flags give.
+func ForRepository(dir string, apply func(*Config)) (*Config, error) {
+	cfg := Config{Repository: Repository{Path: dir}, keys: map[string]bool{"repository.path": false}}
+	if apply != nil {
+		apply(&cfg)
+	}
+	wd, err := filepath.Abs(".")
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.finish(wd, "flag"); err != nil {
+		return nil, fmt.Errorf("-model-repository %s: %w", dir, err)
 	}
 	return &cfg, nil
 }
@@ -498,6 +558,9 @@ func (c *Config) finish(dir, origin string) error {
 			}
 			m.field = fmt.Sprintf("models[%d] (%s)", i, name)
 		}
+		if m.Triton != nil { // a model of the Triton repository: named by its folder
+			m.field = m.Triton.field()
+		}
 		m.origin = origin
 		m.set = map[string]bool{}
 		prefix := fmt.Sprintf("models[%d].", i)
@@ -510,7 +573,10 @@ func (c *Config) finish(dir, origin string) error {
 	c.resolvePaths(dir)
 	c.setDefaults()
 	c.resolveAuto(thisMachine())
-	return c.Validate()
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return c.readRepository()
 }
 
 // setKeys returns the paths (e.g. "server.read_timeout", "models[0].batching.max_queue_size")
@@ -564,6 +630,7 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.ONNXRuntime.Library = abs(c.ONNXRuntime.Library)
+	c.Repository.Path = abs(c.Repository.Path)
 	c.Server.AdminTokenFile = abs(c.Server.AdminTokenFile)
 	for i := range c.Models {
 		m := &c.Models[i]
@@ -576,10 +643,13 @@ func (c *Config) resolvePaths(dir string) {
 	}
 }
 
-// Marshal writes the configuration as YAML that Parse reads back to the same values.
+// Marshal writes the configuration as YAML that Parse reads back to the same values. The
+// models of the Triton repository are left out: repository.path reads them again.
 func (c *Config) Marshal() ([]byte, error) {
+	out := *c
+	out.Models = slices.DeleteFunc(slices.Clone(c.Models), func(m Model) bool { return m.Triton != nil })
 	var doc yaml.Node
-	if err := doc.Encode(c); err != nil {
+	if err := doc.Encode(&out); err != nil {
 		return nil, err
 	}
 	flowLists(&doc)

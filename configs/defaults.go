@@ -35,6 +35,7 @@ func (c *Config) setDefaults() {
 	if a.Output == "" {
 		a.Output = "stderr"
 	}
+	setRepositoryDefaults(&c.Repository)
 	for i := range c.Models {
 		setModelDefaults(&c.Models[i])
 	}

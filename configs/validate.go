@@ -50,9 +50,10 @@ func (c *Config) Validate() error {
 	if c.Repository.Poll < 0 {
 		p.add("repository.poll", "must not be negative, got %s", c.Repository.Poll)
 	}
-	if len(c.Models) == 0 {
-		p.add("models", "at least one model is required")
+	if len(c.Models) == 0 && c.Repository.Path == "" {
+		p.add("models", "at least one model is required (or a Triton model repository, repository.path)")
 	}
+	c.validateRepository(&p)
 	seen := map[string]bool{}
 	for i := range c.Models {
 		m := &c.Models[i]

@@ -77,6 +77,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"),
 		strings.HasPrefix(path, "/v2/models/") && strings.HasSuffix(path, "/stats"): // statistics: listed in /v2 here too
 		s.handle(ctx)
+	case path == "/openapi.json":
+		s.serveOpenAPI(ctx)
 	case path == "/v2" || path == "/v2/":
 		if !ctx.IsGet() && !ctx.IsHead() {
 			s.methodNotAllowed(ctx, "GET")

@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/stats"
@@ -35,6 +36,7 @@ type model struct {
 	outputName     string            // outputs[0]'s
 	parameters     map[string]string // ModelOptions.Parameters
 	batchCurve     []BatchCost       // ModelOptions.BatchCurve
+	config         *inference.ModelConfig // ModelOptions.Config
 	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
@@ -134,7 +136,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	m := &model{
 		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
-		idle: make(chan struct{}), parameters: o.Parameters, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
+		idle: make(chan struct{}), parameters: o.Parameters, config: o.Config, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
 		batchCurve: o.BatchCurve,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
@@ -188,6 +189,11 @@ type ModelOptions struct {
 	// Parameters, optional, are shown as the parameters of GET /v2/models/{m}/config (how the
 	// model's settings were chosen).
 	Parameters map[string]string
+	// Config, optional, is the model's configuration in Triton's schema, answered as it is by
+	// GET /v2/models/{m}/config and the ModelConfig RPC (a model of a Triton model repository:
+	// its config.pbtxt as read, completed); nil: the gateway describes the model itself.
+	// The server keeps it and never changes it.
+	Config *inference.ModelConfig
 	// BatchCurve, optional, is the run time per image measured at each batch size when the
 	// model loaded, from which its Batching.MaxBatchSize was chosen (max_batch_size: auto);
 	// exported as metrics.

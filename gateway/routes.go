@@ -100,6 +100,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		writeJSONRaw(ctx, 200, `{"status":"healthy","message":"The gateway is running."}`)
+	case path == "/openapi.json":
+		s.serveOpenAPI(ctx)
 	case path == "/metrics":
 		var buf bytes.Buffer
 		s.WriteMetrics(&buf)

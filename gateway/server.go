@@ -40,7 +40,8 @@ type Server struct {
 	retryAfter string
 
 	repo      Repository
-	applyMu   sync.Mutex // serializes changes to models
+	applyMu   sync.Mutex      // serializes changes to models
+	loaded    map[string]bool // under applyMu: models LoadModel named since UnloadModel (ModelSpec.Idle)
 	models    atomic.Pointer[modelTable]
 	states    states
 	retiring  sync.WaitGroup // models being closed after a reload or an unload

@@ -178,7 +178,7 @@ func describe(m *model, tensorOnly bool) modeldesc.Model {
 	d := modeldesc.Model{Name: m.name, TensorOnly: tensorOnly, TensorName: m.name + tensorSuffix,
 		Input: m.inputName, Output: m.outputName, Datatype: m.datatype, Shape: m.shape,
 		NHWC: m.pre.Options().Layout == preprocess.NHWC, Classes: m.classes,
-		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters}
+		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters, Triton: m.config}
 	if tensorOnly {
 		d.Name = d.TensorName
 	}

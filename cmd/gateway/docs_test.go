@@ -332,7 +332,7 @@ func gatewayFlags(t *testing.T) map[string]bool {
 func TestDocsFlagsMatchTheBinary(t *testing.T) {
 	have := gatewayFlags(t)
 	listed := map[string]bool{}
-	flag := regexp.MustCompile(`^-([a-zA-Z_-]+)`)
+	flag := regexp.MustCompile(`^--?([a-zA-Z][a-zA-Z_-]*)`) // -x, or --x as Triton's and KServe's spell them
 	for _, cells := range tableRows(section(t, readDoc(t, "docs/operations.md"), "## Flags and environment")) {
 		for _, m := range codeSpan.FindAllStringSubmatch(cells[0], -1) {
 			if f := flag.FindStringSubmatch(m[1]); f != nil {

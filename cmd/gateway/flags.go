@@ -32,6 +32,7 @@ type options struct {
 	logFormat   string
 	health      string
 	modelDir    *modelDirFlags // KServe's -model_dir, -model_name, -http_port: kserve.go
+	triton      *tritonFlags   // Triton's -model-repository, -model-control-mode...: triton.go
 }
 
 func newOptions(fs *flag.FlagSet) *options {
@@ -50,6 +51,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.logFormat, "log-format", "", "text or json (overrides log.format)")
 	fs.StringVar(&o.health, "healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks)")
 	o.modelDir = addModelDirFlags(fs)
+	o.triton = addTritonFlags(fs)
 	return o
 }
 
@@ -62,6 +64,9 @@ func (o *options) set() map[string]bool {
 
 // validate refuses combinations of flags that mean nothing, and values no key accepts.
 func (o *options) validate() error {
+	if err := tritonCommand(o.fs, o); err != nil {
+		return err
+	}
 	set := o.set()
 	switch {
 	case o.model != "" && set["config"]:
@@ -70,6 +75,9 @@ func (o *options) validate() error {
 		return errors.New("give -model or -model_dir, not both")
 	case o.model == "" && (set["labels"] || set["name"]):
 		return errors.New("-labels and -name go with -model")
+	}
+	if err := o.triton.validate(o); err != nil {
+		return err
 	}
 	if o.logLevel != "" {
 		if _, err := parseLevel(o.logLevel); err != nil {
@@ -103,6 +111,8 @@ func (o *options) source() (source, error) {
 		load = func(string) (*configs.Config, error) { return configs.ForModel(model, labels, n) }
 		name = "-model " + model
 	}
+	src := o.triton.wrap(source{load: load, name: name, listen: listen, listenFrom: from}, o)
+	load, name, listen, from = src.load, src.name, src.listen, src.listenFrom
 	if listen == "" {
 		if env := os.Getenv(listenEnv); env != "" {
 			listen, from = env, "$"+listenEnv

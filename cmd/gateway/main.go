@@ -102,7 +102,7 @@ func run(o *options, src source, log *slog.Logger) error {
 	// input size) and warmed before the server listens; -check stops there. (Listening first,
 	// to answer health checks during the load, slowed a start measured with frequent probes,
 	// bench/history.md; a startupProbe covers the load.)
-	if err := srv.Reload(); err != nil {
+	if err := startModels(srv, cfg, o.triton, log); err != nil { // Reload, and explicit model control's loads (triton.go)
 		closeNow(srv)
 		return err
 	}

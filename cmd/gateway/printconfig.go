@@ -26,7 +26,7 @@ func printConfig(w io.Writer, cfg *configs.Config, from string) error {
 		if err != nil {
 			note = fmt.Sprintf("%s: the keys its model tells are left empty: %v", m.Field(), err)
 		}
-		notes = append(notes, note)
+		notes = append(notes, note+tritonNote(m))
 	}
 	out, err := cfg.Marshal()
 	if err != nil {

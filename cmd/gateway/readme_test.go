@@ -232,7 +232,8 @@ func TestReadmeQuickstart(t *testing.T) {
 			last, lastCmd = "", cmd
 			switch {
 			case strings.HasPrefix(cmd, "scripts/get-model.sh "):
-				fields := strings.Fields(cmd)
+				words, _, _ := strings.Cut(cmd, " #") // a comment after the command
+				fields := strings.Fields(words)
 				name := fields[len(fields)-1]
 				src := filepath.Join(shared, "models", name)
 				if _, err := os.Stat(src); err != nil {

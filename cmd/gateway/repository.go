@@ -37,6 +37,7 @@ type repository struct {
 	started *configs.Server           // the server section the process started with
 	last    string                    // digest of the last specs polled
 	chosen  map[string]map[string]int // by model name and version: the max_batch_size auto chose
+	triton  tritonState                // the Triton repository's warnings logged (triton.go)
 }
 
 type fileHash struct {
@@ -77,7 +78,7 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 	for _, m := range cfg.Models {
 		versions, err := m.Versions()
 		if err != nil {
-			if st, serr := os.Stat(m.Path); serr == nil && st.IsDir() {
+			if st, serr := os.Stat(m.Path); serr == nil && st.IsDir() && m.Triton == nil {
 				return nil, err // a repository folder: which versions it holds is not known
 			}
 			// A model file gone or unreadable: its version 1 fails to load on its own (the
@@ -100,15 +101,18 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 			}
 			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
 				Load: func() (gateway.ModelOptions, error) {
+					if mc.Warning != "" {
+						r.log.Warn("model "+mc.Name+": "+mc.Warning, "model", mc.Name, "version", v.Version)
+					}
 					mo, err := modelOptions(mc, v.Version, cfg.Server, r.log)
 					if err == nil && mc.Batching.MaxBatchSize.Auto() {
 						r.noteChoice(m.Name, v.Version, mo.Batching.MaxBatchSize)
 					}
-					return mo, err
+					return tritonOptions(mc, mo, err)
 				}})
 		}
 	}
-	return specs, nil
+	return r.tritonSpecs(cfg, specs), nil
 }
 
 // fingerprint hashes a model version's configuration and the contents of its files.
@@ -119,7 +123,11 @@ func (r *repository) fingerprint(m configs.Model) (string, error) {
 		return "", err
 	}
 	h.Write(y)
-	for _, p := range []string{m.Path, m.Labels} {
+	files := []string{m.Path, m.Labels}
+	if m.Triton != nil {
+		files = append(files, m.Triton.ConfigFile) // what .../config answers, every field of it
+	}
+	for _, p := range files {
 		if p == "" { // no label file: the labels come from the model's metadata or indices
 			continue
 		}
