@@ -114,7 +114,7 @@ func TestTritonRepository(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"tensorrt":  `1: model repository ` + dir + `, model tensorrt: ` + filepath.Join(dir, "tensorrt", "config.pbtxt") + `: platform: "tensorrt_plan" is not served`,
-		"badparam":  `parameters[batching.max_batch_size] (sets batching.max_batch_size): cannot unmarshal !!str ` + "`many`",
+		"badparam":  `parameters[batching.max_batch_size] (sets batching.max_batch_size): cannot parse max_batch_size "many"`,
 		"badvalue":  `badvalue (` + filepath.Join(dir, "badvalue", "config.pbtxt") + `).preprocess.mode: must be shorter_side or stretch`,
 		"noversion": "has no version folder",
 		"typo":      `(line 1:1): unknown field: max_batch_sise`,
