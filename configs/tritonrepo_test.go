@@ -101,7 +101,7 @@ func TestTritonRepository(t *testing.T) {
 	}
 	// Without a config.pbtxt: configured from the model, as -model is, its newest version.
 	p := byName["plain"]
-	if vs, err := p.Versions(); err != nil || len(vs) != 1 || vs[0].Version != "3" || p.Triton.Config != nil || p.Batching.MaxBatchSize != 2 {
+	if vs, err := p.Versions(); err != nil || len(vs) != 1 || vs[0].Version != "3" || p.Triton.Config != nil || !p.Batching.MaxBatchSize.Auto() {
 		t.Errorf("plain: %+v %v %v", p, vs, err)
 	}
 	if u := byName["unhonoured"].Triton.Unhonoured; len(u) != 2 || !strings.Contains(u[0], "no dynamic_batching") || !strings.Contains(u[1], "response_cache") {
@@ -115,7 +115,7 @@ func TestTritonRepository(t *testing.T) {
 	for name, want := range map[string]string{
 		"tensorrt":  `1: model repository ` + dir + `, model tensorrt: ` + filepath.Join(dir, "tensorrt", "config.pbtxt") + `: platform: "tensorrt_plan" is not served`,
 		"badparam":  `parameters[batching.max_batch_size] (sets batching.max_batch_size): cannot parse max_batch_size "many"`,
-		"badvalue":  `badvalue (` + filepath.Join(dir, "badvalue", "config.pbtxt") + `).preprocess.mode: must be shorter_side or stretch`,
+		"badvalue":  `badvalue (` + filepath.Join(dir, "badvalue", "config.pbtxt") + `).preprocess.mode: must be shorter_side, stretch or letterbox`,
 		"noversion": "has no version folder",
 		"typo":      `(line 1:1): unknown field: max_batch_sise`,
 		"wrongfile": `default_model_filename: "resnet.onnx", but version 1 serves model.onnx`,
