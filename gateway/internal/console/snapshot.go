@@ -21,7 +21,7 @@ type Snapshot struct {
 	Authorized bool    `json:"authorized"` // the request may use the repository API (no token needed, or it sent the right one)
 	Server     Series  `json:"server"`
 	Unknown    Series  `json:"unknown"`          // requests for models or versions that are not served
-	Process    Series  `json:"process,omitzero"` // the process's CPU seconds and resident memory
+	Process    Series  `json:"process,omitzero"` // the process's CPU seconds and resident memory (ReadProcess)
 	Models     []Model `json:"models"`
 }
 
@@ -82,8 +82,11 @@ type sample struct {
 // gateway_* families into s.Server, the process's CPU and memory into s.Process. Lines it
 // cannot read, and values that are not finite, are skipped.
 func Parse(expo []byte, s *Snapshot) {
-	var samples []sample
+	samples := make([]sample, 0, bytes.Count(expo, []byte("\n")))
 	for line := range bytes.Lines(expo) {
+		if !bytes.HasPrefix(line, []byte("gateway_")) && !bytes.HasPrefix(line, []byte("process_")) {
+			continue // comments, and the series a snapshot does not keep
+		}
 		if sm, ok := parseLine(line); ok {
 			samples = append(samples, sm)
 		}
@@ -309,6 +312,12 @@ func parseLabels(b []byte) (labels [][2]string, rest []byte, ok bool) {
 		}
 		key := string(bytes.TrimSpace(b[:eq]))
 		b = b[eq+2:]
+		if j := bytes.IndexByte(b, '"'); j >= 0 && bytes.IndexByte(b[:j], '\\') < 0 {
+			// No escape (the usual case): the value as it is.
+			labels = append(labels, [2]string{key, string(b[:j])})
+			b = b[j+1:]
+			continue
+		}
 		var val strings.Builder
 		closed := false
 		for j := 0; j < len(b); j++ {
