@@ -117,6 +117,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		writeJSONRaw(ctx, 200, `{"status":"healthy","message":"The gateway is running."}`)
+	case isConsolePath(path) && s.consoleOn(false):
+		s.serveConsole(ctx, path, false)
 	case path == "/metrics":
 		var buf bytes.Buffer
 		s.WriteMetrics(&buf)
