@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check console-test
 
 setup:
 	scripts/setup.sh
@@ -67,6 +67,7 @@ test: setup-test build vet
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
 	$(MAKE) fuzz FUZZTIME=10s
 	$(MAKE) deploy-test
+	$(MAKE) console-test
 	$(MAKE) fleet-short
 
 FUZZTIME ?= 30s
@@ -119,6 +120,17 @@ image:
 # and the monitoring rules and dashboard (promtool, and against bin/gateway and a real Prometheus).
 deploy-test: build rootfs
 	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 10m ./...
+
+# The console in the browser (docs/console.md), driven in Debian's headless Chromium against
+# bin/gateway: a photo classified, the live view following requests, both color schemes, 200 %
+# zoom, the keyboard, canned detection and embedding answers, no request to another host. Its
+# test is a Go module of its own (gateway/internal/console/browsertest), so that the browser
+# driver stays out of the server's go.mod. SCREENSHOT=docs/console.png rewrites the picture
+# docs/console.md shows.
+SCREENSHOT ?= bin/console.png
+console-test: build
+	cd gateway/internal/console/browsertest && $(GO) vet ./... && \
+	  GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 5m ./... -screenshot=$(abspath $(SCREENSHOT))
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and
