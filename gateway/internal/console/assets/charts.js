@@ -6,8 +6,9 @@ import { h, fmt } from "./util.js";
 const W = 300, H = 64;
 
 // stacked draws one column per time slot, its parts stacked (series: [{cls, values}]); the
-// slots are aligned to the right (the newest last) over `slots` positions.
-export function stacked(series, slots, label) {
+// slots are aligned to the right (the newest last) over `slots` positions; scale formats the
+// top of the scale.
+export function stacked(series, slots, label, scale) {
   let max = 0;
   const n = Math.max(0, ...series.map(s => s.values.length));
   for (let i = 0; i < n; i++) max = Math.max(max, series.reduce((a, s) => a + (s.values[i] || 0), 0));
@@ -25,11 +26,11 @@ export function stacked(series, slots, label) {
       cols.push(h("rect", { x: x + 0.5, y, width: Math.max(0.5, bw - 1), height: hh, class: s.cls }));
     }
   }
-  return frame(cols, top, label);
+  return frame(cols, top, label, scale);
 }
 
 // lines draws series of values (null: no value) as polylines over `slots` positions.
-export function lines(series, slots, label, fixedTop) {
+export function lines(series, slots, label, scale, fixedTop) {
   let max = 0;
   for (const s of series) for (const v of s.values) if (v !== null && Number.isFinite(v)) max = Math.max(max, v);
   const top = fixedTop || niceMax(max);
@@ -53,13 +54,18 @@ export function lines(series, slots, label, fixedTop) {
     });
     flush();
   }
-  return frame(parts, top, label);
+  return frame(parts, top, label, scale);
 }
 
-function frame(parts, top, label) {
+// frame puts a chart's marks on its grid, with the top of its scale and its time axis as
+// text (HTML, so that it stays readable at any zoom).
+function frame(parts, top, label, scale) {
   const grid = [0.25, 0.5, 0.75].map(f => h("line", { x1: 0, x2: W, y1: H * f, y2: H * f, class: "grid", "vector-effect": "non-scaling-stroke" }));
-  return h("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", class: "chart", role: "img", "aria-label": label },
-    h("title", {}, label), grid, parts);
+  return h("div", { class: "chartwrap" },
+    h("span", { class: "scale", "aria-hidden": "true" }, (scale || fmt)(top)),
+    h("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", class: "chart", role: "img", "aria-label": label },
+      h("title", {}, label), grid, parts),
+    h("div", { class: "axis", "aria-hidden": "true" }, h("span", {}, "1 min ago"), h("span", {}, "now")));
 }
 
 // niceMax rounds a maximum up to 1, 2 or 5 times a power of ten, so that the scale's top is

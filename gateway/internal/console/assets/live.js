@@ -165,7 +165,12 @@ export class Live {
     const qw = histDelta(hist(last, "queue_wait_seconds"), wm && hist(wm, "queue_wait_seconds"));
     const oc = outcomes(last, wm);
     const total = OUTCOMES.reduce((a, o) => a + oc[o.key], 0);
-    const nowRate = perSec[0].values.length ? OUTCOMES.reduce((a, o, j) => a + perSec[j].values[perSec[j].values.length - 1], 0) : null;
+    // The headline rate: the last second (at least), by the server's clock.
+    const sec = this.at(1);
+    const sm = sec.models.find(m => m.name + "\0" + m.version === key && m.values);
+    const secDt = (lastTime - sec.time) / 1000;
+    const secOc = outcomes(last, sm);
+    const nowRate = secDt > 0 ? OUTCOMES.reduce((a, o) => a + secOc[o.key], 0) / secDt : null;
     const v = last.values;
     const requests = sumValues((last.by || {}).requests_total);
     c.requests.textContent = fmt(requests);
@@ -183,13 +188,13 @@ export class Live {
     c.batch.textContent = batches > 0 ? fmt(items / batches) : "–";
     c.batchNote.textContent = "max " + fmt(v.max_batch_size || 0) + (v.adaptive_batch_cap ? ", adaptive cap " + fmt(v.adaptive_batch_cap) : "") + "; " + fmt(batches) + " runs in the last " + Math.round((lastTime - minute.time) / 1000) + " s";
     // Charts.
-    replace(c.rateChart, stacked(perSec, CHART_SLOTS, "requests per second by outcome, the last minute"));
+    replace(c.rateChart, stacked(perSec, CHART_SLOTS, "requests per second by outcome, the last minute", v => fmt(v) + "/s"));
     replace(c.legend, OUTCOMES.map(o => {
       const n = oc[o.key];
       return o.key === "ok" || n > 0 ? h("li", {}, h("span", { class: "swatch o-" + o.key, "aria-hidden": "true" }), o.name + " " + fmt(n / secs) + "/s") : null;
     }));
-    replace(c.latChart, lines([{ cls: "p50", values: p50 }, { cls: "p99", values: p99 }], CHART_SLOTS, "latency p50 and p99 over 5-second windows, the last minute"));
-    replace(c.queueChart, lines([{ cls: "qlen", values: qlen }], CHART_SLOTS, "queue length, the last minute"));
+    replace(c.latChart, lines([{ cls: "p50", values: p50 }, { cls: "p99", values: p99 }], CHART_SLOTS, "latency p50 and p99 over 5-second windows, the last minute", fmtMs));
+    replace(c.queueChart, lines([{ cls: "qlen", values: qlen }], CHART_SLOTS, "queue length, the last minute", fmt));
     replace(c.batchChart, batchHistogram(last, mm));
     replace(c.fails, failureList(last, mm));
     replace(c.stages, servedStages(last, wm, secs));
@@ -212,9 +217,10 @@ export class Live {
         this.modelsEl.append(e.root);
       }
       e.loaded = vs.some(v => v.values);
+      e.note.textContent = vs.some(v => v.default) ? " · the default model of /predict/" : "";
       replace(e.versions, vs.map(v => h("li", { class: "st-" + v.state.toLowerCase() },
         h("span", { class: "vname" }, "version " + v.version), " ",
-        h("span", { class: "state" }, v.state), v.newest ? " · newest" : "", v.default ? " · default for /predict/" : "",
+        h("span", { class: "state" }, v.state), v.newest ? " · newest" : "",
         v.instances ? " · " + v.instances + (v.instances === 1 ? " instance" : " instances") : "",
         v.reason ? h("span", { class: "reason" }, " · " + v.reason) : null)));
       e.actions.hidden = !canAct;
@@ -268,7 +274,8 @@ function entry(name, live) {
   e.unload.addEventListener("blur", () => setTimeout(() => { if (document.activeElement !== e.unload) resetUnload(e); }, 0));
   e.actions = h("span", { class: "actions" }, e.load, " ", e.unload);
   e.versions = h("ul", { class: "versions" });
-  e.root = h("li", { class: "entry" }, h("div", { class: "ehead" }, h("strong", {}, name), e.actions), e.versions);
+  e.note = h("span", { class: "muted" });
+  e.root = h("li", { class: "entry" }, h("div", { class: "ehead" }, h("span", {}, h("strong", {}, name), e.note), e.actions), e.versions);
   return e;
 }
 

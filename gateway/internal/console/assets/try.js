@@ -82,9 +82,10 @@ export class TryIt {
     this.describe();
   }
 
-  isNewest() {
-    const vs = this.served.get(this.model.value) || [];
-    return vs.length > 0 && vs[0].version === this.version.value;
+  // isNewest: d is the version a request without one gets (the article's API serves it).
+  isNewest(d) {
+    const vs = this.served.get(d.name) || [];
+    return vs.length > 0 && vs[0].version === d.version;
   }
 
   // describe reads the selected version's metadata and configuration: its task, its input and
@@ -150,9 +151,9 @@ export class TryIt {
   async send(s) {
     if (!s.file) return;
     let d = this.current;
-    if (!d) { await this.describe(); d = this.current; }
+    if (!d || d.name !== this.model.value || d.version !== this.version.value) { await this.describe(); d = this.current; }
     if (!d) return;
-    const newest = this.isNewest();
+    const newest = this.isNewest(d);
     replace(this.result, h("p", { class: "pending" }, "sending " + (s.file.name || "the photo") + " to " + d.name + " version " + d.version + "…"));
     const started = performance.now();
     let res, body, endpoint;
