@@ -17,7 +17,8 @@ import (
 	"time"
 )
 
-// gateway is a bin/gateway process serving the pretrained MobileNetV2 of ../shared.
+// gateway is a bin/gateway process serving the pretrained MobileNetV2 of ../shared, as
+// versions 1 and 2.
 type gateway struct {
 	public, admin string // base URLs
 	model         string
@@ -47,13 +48,27 @@ func startGateway(t *testing.T, server string) *gateway {
 		t.Skip("skipping: GATEWAY_BIN is not set (make console-test sets it to bin/gateway)")
 	}
 	dir := shared(t, "models/mobilenetv2-12-int8")
-	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	// Two versions of the model (Triton's layout, each a link to the same file): the page
+	// tries the newest through the article's API and the other through the Open Inference
+	// Protocol.
+	tmp := t.TempDir()
+	repo := filepath.Join(tmp, "repo")
+	for _, v := range []string{"1", "2"} {
+		if err := os.MkdirAll(filepath.Join(repo, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(dir, "mobilenetv2-12-int8.onnx"), filepath.Join(repo, v, "model.onnx")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(tmp, "gateway.yaml")
 	yaml := fmt.Sprintf(`%smodels:
   - name: mobilenetv2-12-int8
     path: %s
+    version_policy: {all: true}
     labels: %s
     batching: {max_batch_size: 8, max_queue_delay: 3ms}
-`, server, filepath.Join(dir, "mobilenetv2-12-int8.onnx"), filepath.Join(dir, "imagenet-simple-labels.json"))
+`, server, repo, filepath.Join(dir, "imagenet-simple-labels.json"))
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
