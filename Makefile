@@ -10,7 +10,7 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image image-multiarch deploy-test deploy-schemas fleet fleet-short proto proto-check openapi-test
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image image-multiarch deploy-test deploy-schemas fleet fleet-short proto proto-check openapi-test console-test
 
 setup:
 	scripts/setup.sh $(if $(MODEL_SOURCE),--from $(MODEL_SOURCE))
@@ -76,6 +76,7 @@ test: setup-test build vet
 	$(MAKE) fuzz FUZZTIME=10s
 	$(MAKE) deploy-test
 	$(MAKE) openapi-test
+	$(MAKE) console-test
 	$(MAKE) fleet-short
 
 FUZZTIME ?= 30s
@@ -144,6 +145,17 @@ deploy-test: build rootfs
 # operation it describes match it.
 openapi-test: build
 	cd openapitest && $(GO) vet ./... && GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 5m ./...
+
+# The console in the browser (docs/console.md), driven in Debian's headless Chromium against
+# bin/gateway: a photo classified, the live view following requests, both color schemes, 200 %
+# zoom, the keyboard, canned detection and embedding answers, no request to another host. Its
+# test is a Go module of its own (gateway/internal/console/browsertest), so that the browser
+# driver stays out of the server's go.mod. SCREENSHOT=docs/console.png rewrites the picture
+# docs/console.md shows.
+SCREENSHOT ?= bin/console.png
+console-test: build
+	cd gateway/internal/console/browsertest && $(GO) vet ./... && \
+	  GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 5m ./... -screenshot=$(abspath $(SCREENSHOT))
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and

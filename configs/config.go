@@ -95,6 +95,10 @@ type Server struct {
 	// requires "Authorization: Bearer <token>" on the admin listener, and is also served on the
 	// public listener to requests that carry it.
 	AdminTokenFile string `yaml:"admin_token_file"`
+	// Console is where the console in the browser is served, at /ui/ (docs/console.md): admin
+	// on the admin listener, which then also serves what its Try it calls (model metadata and
+	// inference); public on the public listener too; off nowhere.
+	Console string `yaml:"console"`
 	// Watchdog bounds a model's batch run: while one runs past its bound, /v2/health/live
 	// answers 503 (and the log says which run), so that the pod is restarted.
 	Watchdog Watchdog `yaml:"watchdog"`

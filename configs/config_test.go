@@ -93,6 +93,7 @@ func TestStrictAndValidation(t *testing.T) {
 		{"log: {access: {sample: 1.5}}\nmodels: [{name: m, path: p}]\n", "log.access.sample: must be in (0, 1]"},
 		{"log: {access: {format: xml}}\nmodels: [{name: m, path: p}]\n", "log.access.format"},
 		{"log: {access: {output: file}}\nmodels: [{name: m, path: p}]\n", "log.access.output: must be stderr or stdout"},
+		{"server: {console: both}\nmodels: [{name: m, path: p}]\n", "server.console: must be admin, public or off"},
 		{"server: {watchdog: {run_multiple: 0}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.run_multiple: must be positive"},
 		{"server: {watchdog: {run_multiple: 0.5}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.run_multiple: must be in [1, 1000000]"},
 		{"server: {watchdog: {min_hang: 1m, max_run: 30s}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.max_run: (30s) must be at least"},

@@ -66,6 +66,9 @@ func setServerDefaults(s *Server) {
 	if s.GRPCListen == "" {
 		s.GRPCListen = "127.0.0.1:8001" // Triton's gRPC port (the admin listener holds 8081)
 	}
+	if s.Console == "" {
+		s.Console = "admin"
+	}
 	if s.QueueDiscipline == "" {
 		s.QueueDiscipline = "lifo"
 	}

@@ -105,6 +105,9 @@ func (c *Config) validateServer(p *problems) {
 	if s.DecodeQueue < 0 || s.DecodeQueue > 100000 {
 		p.add("server.decode_queue", "must be in [0, 100000] (0: from decode_workers), got %d", s.DecodeQueue)
 	}
+	if s.Console != "admin" && s.Console != "public" && s.Console != "off" {
+		p.add("server.console", "must be admin, public or off, got %q", s.Console)
+	}
 	if s.QueueDiscipline != "predict" && s.QueueDiscipline != "lifo" {
 		p.add("server.queue_discipline", "must be predict or lifo, got %q", s.QueueDiscipline)
 	}

@@ -12,17 +12,18 @@
 // transport), transport.go and http.go (what a transport provides; HTTP/1's), grpc.go (gRPC's
 // transport and front end) and grpc_service.go (the gRPC server: its other RPCs, health, its
 // door in the tap, the drain), predict.go and v2.go (the front ends), expect.go (Expect:
-// 100-continue), admin.go (the admin API), observe.go (request IDs, stage times,
-// Server-Timing), trace.go (OpenTelemetry spans), access.go (the access log), watchdog.go
-// (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (admission: the
-// memory budget, the decode gate, the queue-target policy, the door's decision), internal/sched (decode and model threads), internal/netx
+// 100-continue), admin.go (the admin API), console.go (the console in the browser, /ui/),
+// observe.go (request IDs, stage times, Server-Timing), trace.go (OpenTelemetry spans),
+// access.go (the access log), watchdog.go (liveness), stats.go (Triton's statistics
+// extension). Below it: internal/admit (admission: the memory budget, the decode gate, the
+// queue-target policy, the door's decision), internal/sched (decode and model threads), internal/netx
 // (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
 // counters), internal/grpcio (the gRPC server's codec and buffer pool), internal/grpcapi
 // (the gRPC API's protocol side: options, codes, health, streams, statistics),
 // internal/modeldesc (a model's metadata and configuration, JSON and protobuf),
 // internal/watchdog (the liveness watchdog's run tracking and hang checks), internal/metricset
-// (the metric families' help texts, buckets and request series). docs/architecture.md draws
-// the map.
+// (the metric families' help texts, buckets and request series), internal/console (the
+// console's page and the live view's snapshot). docs/architecture.md draws the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions

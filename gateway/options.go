@@ -58,6 +58,11 @@ type Options struct {
 	// AdminToken, when set, is required as "Authorization: Bearer <token>" by the admin API
 	// (ServeAdmin), which is then also served on the public listener to requests carrying it.
 	AdminToken string
+	// Console is where the console in the browser is served, at /ui/ (console.go):
+	// ConsoleAdmin (the zero value) on the admin listener (ServeAdmin), which then also
+	// serves what its Try it calls (model metadata and inference, through the same pipeline
+	// as the public listener); ConsolePublic on the public listener too; ConsoleOff nowhere.
+	Console string
 	// Log receives the server's log lines (nil: slog.Default()).
 	Log *slog.Logger
 	// AccessLog, when not nil, receives one line per request (access.go): every failed one,
@@ -88,6 +93,11 @@ func (o *Options) validate() error {
 	pos("MaxConnections", int64(o.MaxConnections))
 	if _, ok := admit.ParseDiscipline(o.QueueDiscipline); !ok {
 		errs = append(errs, fmt.Errorf("QueueDiscipline must be predict or lifo, got %q", o.QueueDiscipline))
+	}
+	switch o.Console {
+	case "", ConsoleAdmin, ConsolePublic, ConsoleOff:
+	default:
+		errs = append(errs, fmt.Errorf("Console must be admin, public or off, got %q", o.Console))
 	}
 	if o.DrainDelay < 0 || o.RetryAfter < 0 {
 		errs = append(errs, errors.New("DrainDelay and RetryAfter must not be negative"))

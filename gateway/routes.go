@@ -102,6 +102,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeJSONRaw(ctx, 200, `{"status":"healthy","message":"The gateway is running."}`)
 	case path == "/openapi.json":
 		s.serveOpenAPI(ctx)
+	case isConsolePath(path) && s.consoleOn(false):
+		s.serveConsole(ctx, path, false)
 	case path == "/metrics":
 		var buf bytes.Buffer
 		s.WriteMetrics(&buf)

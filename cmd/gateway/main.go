@@ -406,6 +406,7 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 		QueueFullStatus:  c.QueueFullStatus,
 		RetryAfter:       c.RetryAfter.D(),
 		AdminToken:       adminToken,
+		Console:          c.Console,
 		Log:              log,
 		Watchdog: gateway.WatchdogOptions{RunMultiple: c.Watchdog.RunMultiple, MinHang: c.Watchdog.MinHang.D(),
 			MaxRun: c.Watchdog.MaxRun.D()},
