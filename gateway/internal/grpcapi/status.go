@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"math"
 	"net/http"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -54,4 +55,22 @@ func ParamInt(p *inference.InferParameter) (int64, bool) {
 		return int64(v.Uint64Param), true
 	}
 	return 0, false
+}
+
+// ParamText is a parameter's value as its text, as a JSON request spells it: a string as it
+// is, a number in decimal, a boolean true or false; ok is false for an unset parameter.
+func ParamText(p *inference.InferParameter) (string, bool) {
+	switch v := p.GetParameterChoice().(type) {
+	case *inference.InferParameter_StringParam:
+		return v.StringParam, true
+	case *inference.InferParameter_BoolParam:
+		return strconv.FormatBool(v.BoolParam), true
+	case *inference.InferParameter_Int64Param:
+		return strconv.FormatInt(v.Int64Param, 10), true
+	case *inference.InferParameter_Uint64Param:
+		return strconv.FormatUint(v.Uint64Param, 10), true
+	case *inference.InferParameter_DoubleParam:
+		return strconv.FormatFloat(v.DoubleParam, 'g', -1, 64), true
+	}
+	return "", false
 }

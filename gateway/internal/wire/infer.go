@@ -1,15 +1,20 @@
 package wire
 
-import "math"
+import (
+	"encoding/json"
+	"math"
+)
 
 // The Open Inference Protocol's inference request, as JSON (the header of a request whose
 // tensors may follow in binary).
 
 // Limits of an inference request's JSON header.
 const (
-	maxIDBytes   = 256
-	maxNameBytes = 256
-	maxOutputs   = 8
+	maxIDBytes    = 256
+	maxNameBytes  = 256
+	maxOutputs    = 8
+	maxParams     = 16
+	maxParamBytes = 256
 )
 
 // InferRequest is an inference request's JSON header as parsed. It is meant to be reused:
@@ -21,6 +26,27 @@ type InferRequest struct {
 	Inputs       int  // inputs listed; only the first is kept (the models take one)
 	In           Input
 	Outs         []Output
+	// Params are the request's other parameters, in order: a detector's selection
+	// (score_threshold, ...), detections; those the server does not know are kept and ignored.
+	Params []Param
+}
+
+// Param is a request parameter: its key and its value's text (a string's, escapes undone; a
+// number's or a boolean's literal).
+type Param struct {
+	Key, Value []byte
+}
+
+// AddParam appends a parameter, reusing the buffers of Params' spare capacity.
+func (v *InferRequest) AddParam(key, value []byte) {
+	n := len(v.Params)
+	if n < cap(v.Params) {
+		v.Params = v.Params[:n+1]
+	} else {
+		v.Params = append(v.Params, Param{})
+	}
+	p := &v.Params[n]
+	p.Key, p.Value = append(p.Key[:0], key...), append(p.Value[:0], value...)
 }
 
 // Input is the request's first input.
@@ -42,7 +68,7 @@ type Output struct {
 
 // Reset empties v for the next request, keeping its buffers.
 func (v *InferRequest) Reset() {
-	*v = InferRequest{ID: v.ID[:0], Outs: v.Outs[:0], In: Input{Name: v.In.Name[:0], Datatype: v.In.Datatype[:0]}}
+	*v = InferRequest{ID: v.ID[:0], Outs: v.Outs[:0], Params: v.Params[:0], In: Input{Name: v.In.Name[:0], Datatype: v.In.Datatype[:0]}}
 }
 
 // Parse reads the inference request's JSON header strictly, within its limits: one pass, no
@@ -57,11 +83,7 @@ func (v *InferRequest) Parse(b []byte) error {
 			v.ID, v.HasID = append(v.ID[:0], s...), err == nil
 			return err
 		case 1:
-			return p.fields([]string{"binary_data_output"}, "parameters.", false, func(int) error {
-				b, err := p.boolValue("parameters.binary_data_output")
-				v.BinaryOutput = b
-				return err
-			})
+			return v.parseParams(&p)
 		case 2:
 			return p.array(func() error {
 				v.Inputs++
@@ -101,6 +123,74 @@ func (p *scanner) fields(keys []string, where string, top bool, read func(k int)
 		}
 		return p.skipValue(0)
 	}, top)
+}
+
+// parseParams reads the request's parameters: binary_data_output, and the others into Params
+// (a string, a number or a boolean each; objects, arrays and nulls are skipped; a key appears
+// once).
+func (v *InferRequest) parseParams(p *scanner) error {
+	bdo := false
+	return p.object(func(key []byte, esc bool) error {
+		if keyEquals(key, esc, "binary_data_output") {
+			if bdo {
+				return Malformed("the key %q appears twice", "parameters.binary_data_output")
+			}
+			bdo = true
+			b, err := p.boolValue("parameters.binary_data_output")
+			v.BinaryOutput = b
+			return err
+		}
+		if esc {
+			k, err := unescape(key, "parameter name")
+			if err != nil {
+				return err
+			}
+			key = k
+		}
+		if len(key) > maxNameBytes {
+			return Malformed("a parameter's name is longer than %d bytes", maxNameBytes)
+		}
+		for _, q := range v.Params {
+			if string(q.Key) == string(key) {
+				return Malformed("the key %q appears twice", "parameters."+Truncate(string(key), 60))
+			}
+		}
+		if len(v.Params) >= maxParams {
+			return Malformed("more than %d parameters", maxParams)
+		}
+		what := "parameters." + Truncate(string(key), 60)
+		var val []byte
+		switch {
+		case p.i < len(p.b) && p.b[p.i] == '"':
+			s, err := p.stringValue(maxParamBytes, what)
+			if err != nil {
+				return err
+			}
+			val = s
+		case p.i < len(p.b) && (p.b[p.i] == '{' || p.b[p.i] == '['):
+			return p.skipValue(0) // no parameter the server reads is structured
+		default:
+			val = p.literal()
+			switch l := string(val); {
+			case l == "null":
+				return nil
+			case l != "true" && l != "false" && !isJSONNumber(l):
+				return Malformed("%s must be a string, a number or a boolean, got %q", what, Truncate(l, 20))
+			}
+		}
+		v.AddParam(key, val)
+		return nil
+	}, false)
+}
+
+// unescape undoes a JSON string's escapes (raw is its text between the quotes).
+func unescape(raw []byte, what string) ([]byte, error) {
+	var s string
+	q := append(append([]byte{'"'}, raw...), '"')
+	if err := json.Unmarshal(q, &s); err != nil {
+		return nil, Malformed("%s: %v", what, err)
+	}
+	return []byte(s), nil
 }
 
 func (v *InferRequest) parseInput(p *scanner) error {
