@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
+	"github.com/imagegate/imagegate/gateway/internal/answer"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
+	"github.com/imagegate/imagegate/postprocess"
 )
 
 // The Open Inference Protocol over gRPC: ModelInfer and ModelStreamInfer run through the same
@@ -259,6 +262,14 @@ func (a grpcAPI) parseMessage(r *request) error {
 		}
 		v.Outs = append(v.Outs, out)
 	}
+	for k, p := range req.GetParameters() {
+		switch k {
+		case "detections", postprocess.ParamScoreThreshold, postprocess.ParamIOUThreshold, postprocess.ParamMaxDetections:
+			if txt, ok := grpcapi.ParamText(p); ok {
+				v.AddParam([]byte(k), []byte(txt))
+			}
+		}
+	}
 	return r.parseInput(a.tensorOnly, typed)
 }
 
@@ -277,6 +288,11 @@ func (a grpcAPI) write(r *request) error {
 		name += tensorSuffix
 	}
 	resp := &inference.ModelInferResponse{ModelName: name, ModelVersion: m.version, Id: r.grpc.req.GetId()}
+	if m.task.task != TaskClassify {
+		writeTensors(r, resp)
+		r.grpc.res.resp = resp
+		return nil
+	}
 	for _, o := range outs {
 		t := &inference.ModelInferResponse_InferOutputTensor{Name: m.outputName}
 		var raw []byte
@@ -303,4 +319,25 @@ func (a grpcAPI) write(r *request) error {
 	}
 	r.grpc.res.resp = resp
 	return nil
+}
+
+// writeTensors puts the outputs of a model that is no classifier (task.go's tensors) in resp,
+// those the request names or else every one, as raw_output_contents.
+func writeTensors(r *request, resp *inference.ModelInferResponse) {
+	ts := r.answerTensors()
+	add := func(t *answer.Tensor) {
+		raw := answer.AppendBinary(nil, t)
+		r.grpc.out += int64(len(raw))
+		resp.Outputs = append(resp.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: t.Name, Datatype: t.Datatype, Shape: slices.Clone(t.Shape)})
+		resp.RawOutputContents = append(resp.RawOutputContents, raw)
+	}
+	if len(r.v2.Outs) == 0 {
+		for i := range ts {
+			add(&ts[i])
+		}
+		return
+	}
+	for _, o := range r.v2.Outs {
+		add(&ts[slices.IndexFunc(ts, func(t answer.Tensor) bool { return t.Name == string(o.Name) })]) // checked at parse
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
+	"github.com/imagegate/imagegate/postprocess"
 )
 
 // httpTransport is HTTP/1.x's transport (fasthttp): a request's options are its headers and
@@ -91,7 +92,8 @@ func (t *httpTransport) abandon(*request) {
 	t.fc.Hijack(func(net.Conn) {})
 }
 
-// options reads the request's deadline and priority (headers or query) and top_k.
+// options reads the request's deadline and priority (headers or query), top_k (a
+// classifier's) and a detector's selection (score_threshold, iou_threshold, max_detections).
 func (t *httpTransport) options(r *request) error {
 	fc, m := t.fc, r.m
 	timeout := m.defaultTimeout
@@ -101,7 +103,17 @@ func (t *httpTransport) options(r *request) error {
 		if err != nil || k < 0 {
 			return wire.Malformed("top_k must be a non-negative integer, got %q", wire.Truncate(string(v), 20))
 		}
+		if m.task.task != TaskClassify {
+			return wire.Malformed("top_k applies to classification models; model %s's task is %s", m.name, m.task.task)
+		}
 		r.topK = min(k, len(m.labels))
+	}
+	for _, key := range [...]string{postprocess.ParamScoreThreshold, postprocess.ParamIOUThreshold, postprocess.ParamMaxDetections} {
+		if v := args.Peek(key); v != nil {
+			if err := r.selection(key, string(v)); err != nil {
+				return err
+			}
+		}
 	}
 	tv := fc.Request.Header.Peek("X-Request-Timeout")
 	if tv == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -33,11 +34,12 @@ type model struct {
 	elemSize       int    // bytes per input value
 	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
 	inputName      string
-	outputName     string            // outputs[0]'s
-	parameters     map[string]string // ModelOptions.Parameters
-	batchCurve     []BatchCost       // ModelOptions.BatchCurve
+	outputName     string                 // outputs[0]'s
+	task           modelTask              // what it answers (task.go)
+	parameters     map[string]string      // ModelOptions.Parameters
+	batchCurve     []BatchCost            // ModelOptions.BatchCurve
 	config         *inference.ModelConfig // ModelOptions.Config
-	shape          []int64           // one sample's input shape, e.g. [3 224 224]
+	shape          []int64                // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
 	maxBatch       int
@@ -101,6 +103,9 @@ type sampleSet interface {
 	// output is sample i's values of the model's output k (its shape: model.outputs[k]),
 	// valid until release.
 	output(i, k int) []float32
+	// geometry is where sample i's image went in the input (a detector's decode reports it;
+	// zero for tensor data and for the other tasks).
+	geometry(i int) preprocess.Geometry
 	// stage is what sample i's submission and batch run tell (set by submit).
 	stage(i int) *sampleStage
 	release()
@@ -139,6 +144,15 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 		idle: make(chan struct{}), parameters: o.Parameters, config: o.Config, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
 		batchCurve: o.BatchCurve,
 	}
+	if _, ok := m.parameters["task"]; !ok {
+		// The configuration says the task (a console reads it there), the settings' source
+		// where cmd/gateway noted one.
+		m.parameters = maps.Clone(m.parameters)
+		if m.parameters == nil {
+			m.parameters = map[string]string{}
+		}
+		m.parameters["task"] = o.Task.String()
+	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {
 		m.shape = []int64{int64(po.Height), int64(po.Width), 3}
@@ -148,10 +162,10 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	// the bytes a uint8 model takes as they are.
 	switch r := o.Runners.(type) {
 	case RunnersOf[float32]:
-		m.impl, err = newTypedModel(m, r, o, threads, elemCodec[float32]{decode: pre.ProcessContext, expand: pre.Expand})
+		m.impl, err = newTypedModel(m, r, o, threads, elemCodec[float32]{decode: pre.ProcessContext, geometry: pre.ProcessGeometry, expand: pre.Expand})
 		m.elemSize, m.datatype = 4, "FP32"
 	case RunnersOf[uint8]:
-		m.impl, err = newTypedModel(m, r, o, threads, elemCodec[uint8]{decode: pre.ProcessUint8Context})
+		m.impl, err = newTypedModel(m, r, o, threads, elemCodec[uint8]{decode: pre.ProcessUint8Context, geometry: pre.ProcessUint8Geometry})
 		m.elemSize, m.datatype = 1, "UINT8"
 	default:
 		err = errors.New("no runners")
@@ -261,13 +275,24 @@ type typedModel[T Elem] struct {
 	sets    sync.Pool
 }
 
-// elemCodec is how an image becomes an input row of T: decode writes the row; expand, when set,
-// writes it at run time from the bytes an image was decoded into (a float32 row from its
-// 0..255 values, a quarter of the memory while it waits), and images are then decoded into
-// bytes.
+// elemCodec is how an image becomes an input row of T: decode writes the row (geometry too,
+// and reports where the image went in it); expand, when set, writes it at run time from the
+// bytes an image was decoded into (a float32 row from its 0..255 values, a quarter of the
+// memory while it waits), and images are then decoded into bytes.
 type elemCodec[T Elem] struct {
-	decode func(ctx context.Context, img []byte, row []T) error
-	expand func(dst []T, px []uint8) error
+	decode   func(ctx context.Context, img []byte, row []T) error
+	geometry func(ctx context.Context, img []byte, row []T) (preprocess.Geometry, error)
+	expand   func(dst []T, px []uint8) error
+}
+
+// dynamicTooLarge reports whether a job's dynamic outputs grew past what a pool keeps.
+func (t *typedModel[T]) dynamicTooLarge(j *job[T]) bool {
+	for k, o := range t.m.outputs {
+		if o.Size() == 0 && cap(j.outs[k]) > maxDynamicKeep {
+			return true
+		}
+	}
+	return false
 }
 
 // job is one sample's pooled memory: its input row and its values of each output. Both are
@@ -278,8 +303,9 @@ type elemCodec[T Elem] struct {
 type job[T Elem] struct {
 	row  []T
 	px   []uint8
-	outs [][]float32 // by output, each its per-sample size
+	outs [][]float32 // by output, each its per-sample size (a dynamic output's: the last run's)
 	st   sampleStage // set by submit and the run
+	geo  preprocess.Geometry
 }
 
 // newJob returns a job with a row of T, or of bytes for an image to expand (px), and room
@@ -298,7 +324,7 @@ func (t *typedModel[T]) newJob(px bool) *job[T] {
 	}
 	vals := make([]float32, total)
 	for k, o := range m.outputs {
-		j.outs[k], vals = vals[:o.Size():o.Size()], vals[o.Size():]
+		j.outs[k], vals = vals[:o.Size():o.Size()], vals[o.Size():] // a dynamic output (Size 0): grown by the run
 	}
 	return j
 }
@@ -317,20 +343,16 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 	if len(outs) == 0 {
 		return nil, errors.New("the model has no output")
 	}
-	for _, out := range outs {
-		if out.Size() <= 0 {
-			return nil, fmt.Errorf("output %q has per-sample shape %v: every dimension but the batch must be known", out.Name, out.Shape)
-		}
-	}
-	// A classifier: its first output is the scores, one per label.
-	if classes := outs[0].Size(); len(o.Labels) != classes {
-		return nil, fmt.Errorf("%d labels, but the model's output has %d classes", len(o.Labels), classes)
+	po := m.pre.Options()
+	task, err := newModelTask(o, outs, po.Width, po.Height)
+	if err != nil {
+		return nil, err
 	}
 	if m.pre.SlotLen() != r0.RowLen() {
 		return nil, fmt.Errorf("preprocessing gives %d values per image, the model's input row holds %d (check input.width/height)",
 			m.pre.SlotLen(), r0.RowLen())
 	}
-	m.outputs, m.outputName, m.classes = outs, outs[0].Name, outs[0].Size()
+	m.outputs, m.outputName, m.classes, m.task = outs, outs[0].Name, outs[0].Size(), task
 	m.rowLen, m.instances = r0.RowLen(), len(runners)
 	m.watch.Init(len(runners))
 	t := &typedModel[T]{m: m, threads: threads, runners: runners, codec: codec}
@@ -425,7 +447,22 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 	}
 	inferred = time.Now()
 	for k, out := range outs {
-		size := len(jobs[0].outs[k])
+		size := t.m.outputs[k].Size()
+		if size == 0 {
+			// A dynamic output (a model with NMS built in): n equal parts, each the length
+			// this run gave; the jobs' slices grow to it.
+			if len(out)%len(jobs) != 0 {
+				return fmt.Errorf("output %q holds %d values, not %d equal parts", t.m.outputs[k].Name, len(out), len(jobs))
+			}
+			size = len(out) / len(jobs)
+			for i, j := range jobs {
+				j.outs[k] = append(j.outs[k][:0], out[i*size:(i+1)*size]...)
+			}
+			continue
+		}
+		if len(out) != size*len(jobs) {
+			return fmt.Errorf("output %q holds %d values; %d samples of %d expected", t.m.outputs[k].Name, len(out), len(jobs), size)
+		}
 		for i, j := range jobs {
 			copy(j.outs[k], out[i*size:(i+1)*size])
 		}
@@ -441,7 +478,7 @@ func (t *typedModel[T]) samples(n int, images bool) sampleSet {
 	}
 	for range n {
 		j := s.pool.Get().(*job[T])
-		j.st = sampleStage{}
+		j.st, j.geo = sampleStage{}, preprocess.Geometry{}
 		s.jobs = append(s.jobs, j)
 	}
 	return s
@@ -482,10 +519,21 @@ type samplesOf[T Elem] struct {
 func (s *samplesOf[T]) len() int { return len(s.jobs) }
 
 func (s *samplesOf[T]) decode(ctx context.Context, i int, img []byte) error {
-	if px := s.jobs[i].px; px != nil {
-		return s.t.m.pre.ProcessUint8Context(ctx, img, px)
+	j, pre := s.jobs[i], s.t.m.pre
+	if s.t.m.task.task == TaskDetect {
+		// A detector's boxes are mapped back to the image with where it went in the input.
+		var err error
+		if j.px != nil {
+			j.geo, err = pre.ProcessUint8Geometry(ctx, img, j.px)
+		} else {
+			j.geo, err = s.t.codec.geometry(ctx, img, j.row)
+		}
+		return err
 	}
-	return s.t.codec.decode(ctx, img, s.jobs[i].row)
+	if j.px != nil {
+		return pre.ProcessUint8Context(ctx, img, j.px)
+	}
+	return s.t.codec.decode(ctx, img, j.row)
 }
 
 func (s *samplesOf[T]) tensorJSON(data []byte) error {
@@ -541,10 +589,18 @@ func (s *samplesOf[T]) output(i, k int) []float32 { return s.jobs[i].outs[k] }
 
 func (s *samplesOf[T]) stage(i int) *sampleStage { return &s.jobs[i].st }
 
+func (s *samplesOf[T]) geometry(i int) preprocess.Geometry { return s.jobs[i].geo }
+
+// maxDynamicKeep bounds the values a pooled job keeps for its dynamic outputs.
+const maxDynamicKeep = 1 << 16
+
 func (s *samplesOf[T]) release() {
 	for i, j := range s.jobs {
-		s.pool.Put(j)
 		s.jobs[i] = nil
+		if s.t.dynamicTooLarge(j) {
+			continue // one run made it large: left to the collector
+		}
+		s.pool.Put(j)
 	}
 	s.pool = nil
 	s.jobs = s.jobs[:0]

@@ -11,6 +11,7 @@ import (
 	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
+	"github.com/imagegate/imagegate/postprocess"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -141,11 +142,17 @@ type Runner[T Elem] interface {
 	MaxBatchSize() int
 }
 
-// Output is one of a model's output tensors: its name and one sample's shape (without the batch
-// axis: [1000] for a classifier's scores, [N, 4] for a detector's boxes).
+// Output is one of a model's output tensors: its name, one sample's shape (without the batch
+// axis: [1000] for a classifier's scores, [N, 4] for a detector's boxes) and its element type.
+// A detect model's output may have one dynamic dimension (-1: a model with NMS built in that
+// answers as many rows as it kept); Run's slice then holds n equal parts, whose length tells it.
 type Output struct {
 	Name  string
 	Shape []int64
+	// Datatype is the model's element type as the Open Inference Protocol names it: FP32 (""
+	// reads as FP32), INT64 or INT32. Run hands every output as float32 values; an integer
+	// output's (class indices, counts) are exact up to 2^24 and answered as integers again.
+	Datatype string
 }
 
 // Size is the number of values of one sample (the product of Shape; 0 with an unknown
@@ -175,7 +182,8 @@ type ModelOptions struct {
 	// Name is the model's name in URLs and metric labels; Version its version ("1" if empty).
 	// Requests without a version go to the newest (the highest number).
 	Name, Version string
-	// Labels name the output classes, in index order.
+	// Labels name the output classes, in index order (a detector's classes beyond them are
+	// named by their index; an embedding model has none).
 	Labels []string
 	// InputName is the input tensor's name the Open Inference Protocol shows (the outputs'
 	// are the runners', Runner.Outputs).
@@ -208,6 +216,53 @@ type ModelOptions struct {
 	// model loaded, from which its Batching.MaxBatchSize was chosen (max_batch_size: auto);
 	// exported as metrics.
 	BatchCurve []BatchCost
+	// Task is what the model answers (the zero value: TaskClassify), and so how its runners'
+	// outputs are read (task.go): a classifier's first output is its scores, one per label;
+	// an embedding model's one output its vector; a detector's are its decoder's.
+	Task Task
+	// Normalize (TaskEmbed) scales each vector to unit length (L2) before it is answered.
+	Normalize bool
+	// Detect configures TaskDetect.
+	Detect DetectOptions
+}
+
+// Task is what a model answers.
+type Task uint8
+
+const (
+	// TaskClassify: scores per class (the first output), answered as the best label, or the
+	// top k, and as the raw scores over the Open Inference Protocol.
+	TaskClassify Task = iota
+	// TaskEmbed: a feature vector per image (the one output), answered as it is or L2-normalized.
+	TaskEmbed
+	// TaskDetect: boxes with scores and classes, decoded from the outputs, thresholded,
+	// suppressed and mapped back to the original image's pixels.
+	TaskDetect
+)
+
+// String is the task's configuration name: classify, embed or detect.
+func (t Task) String() string {
+	switch t {
+	case TaskEmbed:
+		return "embed"
+	case TaskDetect:
+		return "detect"
+	}
+	return "classify"
+}
+
+// DetectOptions configure a detector's answers.
+type DetectOptions struct {
+	// Decoder reads the model's outputs for one image (its InputWidth and InputHeight are the
+	// model input's); it is checked when the model is made.
+	Decoder postprocess.Decoder
+	// Params are the selection's defaults; a request may override them
+	// (postprocess.Params.Override: query parameters of /predict/, parameters of an Open
+	// Inference Protocol request).
+	Params postprocess.Params
+	// Boxes, Scores, Classes and Count name the runners' outputs the decoder reads as
+	// postprocess.Sample's fields ("": the model has none; Boxes is always set).
+	Boxes, Scores, Classes, Count string
 }
 
 // BatchCost is a model's run time per image measured at one batch size.

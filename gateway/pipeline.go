@@ -86,6 +86,7 @@ type request struct {
 	scratch  []byte
 	out      []byte // the response (pooled)
 	samples  sampleSet
+	task     taskRequest // the task's selection and answer memory (task.go)
 	v2       v2State
 	meta     requestMeta // its ID, trace context and stage times (observe.go)
 }
@@ -102,7 +103,9 @@ func (r *request) reset() {
 	}
 	v2 := r.v2
 	v2.Reset()
-	*r = request{out: out[:0], v2: v2State{InferRequest: v2.InferRequest}}
+	task := r.task
+	task.reset()
+	*r = request{out: out[:0], v2: v2State{InferRequest: v2.InferRequest}, task: task}
 }
 
 // Body and image buffers are kept apart from requests (s.bodyBufs, s.imageBufs), so that a
@@ -147,6 +150,7 @@ func (r *request) reserve(n int64) error {
 func (s *Server) newRequest(m *model, fe frontEnd) *request {
 	r := s.requests.Get().(*request)
 	r.s, r.m, r.fe, r.start = s, m, fe, time.Now()
+	r.task.params = m.task.params
 	return r
 }
 
@@ -248,8 +252,12 @@ func (s *Server) runPipeline(r *request) error {
 	if err != nil {
 		return r.queueError(err)
 	}
-	// Answer (the front end, through the transport's response).
+	// Answer: the task's post-processing (task.go), then the front end, through the
+	// transport's response.
 	r.meta.stage = stageAnswer
+	if err := r.postprocess(); err != nil {
+		return err
+	}
 	return r.fe.write(r)
 }
 

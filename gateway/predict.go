@@ -22,8 +22,9 @@ func DecodeJSONImage(body, dst, scratch []byte) (img, scratchOut []byte, err err
 }
 
 // predictAPI is the article's front end: POST /predict/ (and /models/{name}/predict) with a
-// JSON body {"image": "<base64>"} or a raw image body; the answer is {"prediction": label},
-// with ?top_k=N the N best softmax scores.
+// JSON body {"image": "<base64>"} or a raw image body; a classifier's answer is
+// {"prediction": label}, with ?top_k=N the N best softmax scores; an embedding model's
+// {"embedding": [...]}; a detector's {"detections": [{"label", "score", "box"}, ...]} (task.go).
 type predictAPI struct{}
 
 func (predictAPI) parse(r *request) error {
@@ -116,7 +117,11 @@ func startsJSONObject(b []byte) bool {
 func (predictAPI) decodes() bool { return true }
 
 func (predictAPI) write(r *request) error {
-	r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.output(0, scoresOutput), r.topK)
+	if r.m.task.task == TaskClassify {
+		r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.output(0, scoresOutput), r.topK)
+	} else {
+		r.out = r.appendTaskJSON(r.out[:0]) // {"embedding": [...]}, {"detections": [...]}
+	}
 	r.http.fc.SetContentType("application/json")
 	r.http.fc.SetBody(r.out)
 	return nil

@@ -283,7 +283,7 @@ func (s *Server) install(t *modelTable, ch modelChange) {
 	for _, m := range ch.fresh {
 		s.met.serving(m)
 		s.states.set(m.name, m.version, StateReady, "")
-		s.log.Info("model loaded", "model", m.name, "version", m.version, "instances", m.instances, "max_batch_size", m.maxBatch)
+		s.log.Info("model loaded", "model", m.name, "version", m.version, "task", m.task.task.String(), "instances", m.instances, "max_batch_size", m.maxBatch)
 	}
 	for _, m := range ch.retired {
 		s.retire(m)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/imagegate/imagegate/gateway/internal/answer"
 	"github.com/imagegate/imagegate/gateway/internal/modeldesc"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
@@ -176,9 +177,9 @@ func (s *Server) modelConfig(ctx *fasthttp.RequestCtx, m *model, tensorOnly bool
 // interface asked for (NAME or NAME.tensor); without the versions served.
 func describe(m *model, tensorOnly bool) modeldesc.Model {
 	d := modeldesc.Model{Name: m.name, TensorOnly: tensorOnly, TensorName: m.name + tensorSuffix,
-		Input: m.inputName, Output: m.outputName, Datatype: m.datatype, Shape: m.shape,
-		NHWC: m.pre.Options().Layout == preprocess.NHWC, Classes: m.classes,
-		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters, Triton: m.config}
+		Input: m.inputName, Datatype: m.datatype, Shape: m.shape,
+		NHWC: m.pre.Options().Layout == preprocess.NHWC, Outputs: m.task.describe(m.outputs),
+		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters, Properties: m.task.properties(), Triton: m.config}
 	if tensorOnly {
 		d.Name = d.TensorName
 	}
@@ -262,7 +263,18 @@ func (r *request) parseInput(tensorOnly bool, typed *typedData) error {
 	if string(in.Name) != m.inputName {
 		return wire.Malformed("unknown input %q (the model's input is %q)", wire.Truncate(string(in.Name), 60), m.inputName)
 	}
+	if err := r.oipParams(); err != nil {
+		return err
+	}
+	if m.task.task != TaskClassify {
+		if err := r.checkOutputs(); err != nil {
+			return err
+		}
+	}
 	for i := range v.Outs {
+		if m.task.task != TaskClassify {
+			break // checked above
+		}
 		o := &v.Outs[i]
 		if string(o.Name) != m.outputName {
 			return wire.Malformed("unknown output %q (the model's output is %q)", wire.Truncate(string(o.Name), 60), m.outputName)
@@ -471,13 +483,7 @@ func equalShape(a, b []int64) bool {
 // write answers in JSON, or with binary tensor data where the request asked for it.
 func (a v2API) write(r *request) error {
 	v, m := &r.v2, r.m
-	n := r.samples.len()
-	outs := v.Outs
-	if len(outs) == 0 {
-		outs = append(outs, wire.Output{Name: []byte(m.outputName), Binary: -1})
-	}
 	b := r.out[:0]
-	var bin []byte
 	b = append(b, `{"model_name":`...)
 	b = wire.AppendJSONString(b, m.name+map[bool]string{true: tensorSuffix}[a.tensorOnly])
 	b = append(b, `,"model_version":`...)
@@ -487,6 +493,70 @@ func (a v2API) write(r *request) error {
 		b = wire.AppendJSONString(b, string(v.ID))
 	}
 	b = append(b, `,"outputs":[`...)
+	var bin []byte
+	var outs []wire.Output
+	if m.task.task == TaskClassify {
+		b, bin, outs = a.appendScores(r, b)
+	} else {
+		b, bin, outs = appendTensors(r, b)
+	}
+	b = append(b, "]}"...)
+	fc := r.http.fc
+	if len(bin) > 0 || hasBinaryOutput(outs, v.BinaryOutput) {
+		fc.Response.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(b)))
+		fc.SetContentType("application/octet-stream")
+		b = append(b, bin...)
+	} else {
+		fc.SetContentType("application/json")
+	}
+	r.out = b
+	fc.SetBody(b)
+	return nil
+}
+
+// appendTensors appends the outputs of a model that is no classifier (task.go's tensors), those
+// the request names or else every one, each as JSON data or binary tensor data.
+func appendTensors(r *request, b []byte) ([]byte, []byte, []wire.Output) {
+	v := &r.v2
+	ts := r.answerTensors()
+	outs := v.Outs
+	if len(outs) == 0 {
+		for _, t := range ts {
+			outs = append(outs, wire.Output{Name: []byte(t.Name), Binary: -1})
+		}
+	}
+	var bin []byte
+	for oi, o := range outs {
+		t := &ts[slices.IndexFunc(ts, func(t answer.Tensor) bool { return t.Name == string(o.Name) })] // checked at parse
+		if oi > 0 {
+			b = append(b, ',')
+		}
+		b = answer.AppendHeader(b, t)
+		if o.Binary == 1 || o.Binary == -1 && v.BinaryOutput {
+			start := len(bin)
+			bin = answer.AppendBinary(bin, t)
+			b = append(b, `,"parameters":{"binary_data_size":`...)
+			b = strconv.AppendInt(b, int64(len(bin)-start), 10)
+			b = append(b, "}}"...)
+			continue
+		}
+		b = append(b, `,"data":`...)
+		b = answer.AppendJSONData(b, t)
+		b = append(b, '}')
+	}
+	return b, bin, outs
+}
+
+// appendScores appends a classifier's outputs: its scores, or with parameters.classification
+// its top classes.
+func (a v2API) appendScores(r *request, b []byte) ([]byte, []byte, []wire.Output) {
+	v, m := &r.v2, r.m
+	n := r.samples.len()
+	outs := v.Outs
+	if len(outs) == 0 {
+		outs = append(outs, wire.Output{Name: []byte(m.outputName), Binary: -1})
+	}
+	var bin []byte
 	for oi, o := range outs {
 		if oi > 0 {
 			b = append(b, ',')
@@ -553,18 +623,7 @@ func (a v2API) write(r *request) error {
 		}
 		b = append(b, '}')
 	}
-	b = append(b, "]}"...)
-	fc := r.http.fc
-	if len(bin) > 0 || hasBinaryOutput(outs, v.BinaryOutput) {
-		fc.Response.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(b)))
-		fc.SetContentType("application/octet-stream")
-		b = append(b, bin...)
-	} else {
-		fc.SetContentType("application/json")
-	}
-	r.out = b
-	fc.SetBody(b)
-	return nil
+	return b, bin, outs
 }
 
 func hasBinaryOutput(outs []wire.Output, def bool) bool {

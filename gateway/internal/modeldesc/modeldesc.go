@@ -13,16 +13,35 @@ type Model struct {
 	TensorName string   // the tensor interface's name, NAME.tensor (the image interface names it)
 	Versions   []string // the versions served (ModelMetadata only)
 	Input      string   // the input's name
-	Output     string   // the output's name
 	Datatype   string   // the input's datatype (FP32 or UINT8)
 	Shape      []int64  // one sample of the input (CHW or HWC)
 	NHWC       bool     // the input is channels last
-	Classes    int      // the output's classes
-	MaxBatch   int      // the samples one request may carry
+	// Outputs are the outputs an answer holds by default, one sample's shape each (a
+	// classifier's scores [classes]; -1 for a dimension of variable size).
+	Outputs    []Tensor
+	MaxBatch   int // the samples one request may carry
 	Parameters map[string]string
+	// Properties are the model's properties the metadata tells (the model's task, the
+	// outputs a request may ask for instead of its raw ones): the metadata's parameters over
+	// HTTP, its properties over gRPC.
+	Properties map[string]string
 	// Triton, when not nil, is the model's configuration in Triton's schema (a model of a
 	// Triton repository): the configuration answers it, under the name asked for.
 	Triton *inference.ModelConfig
+}
+
+// Tensor is one output: its name, datatype (FP32, INT64, INT32) and one sample's shape.
+type Tensor struct {
+	Name, Datatype string
+	Shape          []int64
+}
+
+// configType is a datatype as Triton's configuration names it.
+func configType(dt string) string {
+	if dt == "BYTES" {
+		return "TYPE_STRING"
+	}
+	return "TYPE_" + dt
 }
 
 // GRPCMetadata is m's ModelMetadata answer.
@@ -31,12 +50,17 @@ func GRPCMetadata(m Model) *inference.ModelMetadataResponse {
 	if m.TensorOnly {
 		in = &inference.ModelMetadataResponse_TensorMetadata{Name: m.Input, Datatype: m.Datatype, Shape: append([]int64{-1}, m.Shape...)}
 	}
+	outs := make([]*inference.ModelMetadataResponse_TensorMetadata, len(m.Outputs))
+	for i, o := range m.Outputs {
+		outs[i] = &inference.ModelMetadataResponse_TensorMetadata{Name: o.Name, Datatype: o.Datatype, Shape: append([]int64{-1}, o.Shape...)}
+	}
 	return &inference.ModelMetadataResponse{
-		Name:     m.Name,
-		Versions: m.Versions,
-		Platform: "onnxruntime_onnx",
-		Inputs:   []*inference.ModelMetadataResponse_TensorMetadata{in},
-		Outputs:  []*inference.ModelMetadataResponse_TensorMetadata{{Name: m.Output, Datatype: "FP32", Shape: []int64{-1, int64(m.Classes)}}},
+		Name:       m.Name,
+		Versions:   m.Versions,
+		Platform:   "onnxruntime_onnx",
+		Inputs:     []*inference.ModelMetadataResponse_TensorMetadata{in},
+		Outputs:    outs,
+		Properties: m.Properties,
 	}
 }
 
@@ -61,13 +85,17 @@ func GRPCConfig(m Model) *inference.ModelConfigResponse {
 	for k, v := range m.Parameters {
 		params[k] = &inference.ModelParameter{StringValue: v}
 	}
+	outs := make([]*inference.ModelOutput, len(m.Outputs))
+	for i, o := range m.Outputs {
+		outs[i] = &inference.ModelOutput{Name: o.Name, DataType: inference.DataType(inference.DataType_value[configType(o.Datatype)]), Dims: o.Shape}
+	}
 	return &inference.ModelConfigResponse{Config: &inference.ModelConfig{
 		Name:             m.Name,
 		Platform:         "onnxruntime_onnx",
 		Backend:          "onnxruntime",
 		MaxBatchSize:     int32(m.MaxBatch),
 		Input:            []*inference.ModelInput{in},
-		Output:           []*inference.ModelOutput{{Name: m.Output, DataType: inference.DataType_TYPE_FP32, Dims: []int64{int64(m.Classes)}}},
+		Output:           outs,
 		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{}},
 		Parameters:       params,
 	}}
@@ -85,13 +113,21 @@ func JSONMetadata(m Model) map[string]any {
 	if m.TensorOnly {
 		input = map[string]any{"name": m.Input, "datatype": m.Datatype, "shape": append([]int64{-1}, m.Shape...)}
 	}
-	return map[string]any{
+	outs := make([]any, len(m.Outputs))
+	for i, o := range m.Outputs {
+		outs[i] = map[string]any{"name": o.Name, "datatype": o.Datatype, "shape": append([]int64{-1}, o.Shape...)}
+	}
+	md := map[string]any{
 		"name":     m.Name,
 		"versions": m.Versions,
 		"platform": "onnxruntime_onnx",
 		"inputs":   []any{input},
-		"outputs":  []any{map[string]any{"name": m.Output, "datatype": "FP32", "shape": []int64{-1, int64(m.Classes)}}},
+		"outputs":  outs,
 	}
+	if len(m.Properties) > 0 {
+		md["parameters"] = m.Properties
+	}
+	return md
 }
 
 // JSONConfig is Triton's model configuration extension (GET .../config), which its tools read
@@ -121,13 +157,17 @@ func JSONConfig(m Model) map[string]any {
 	for k, v := range m.Parameters {
 		params[k] = map[string]string{"string_value": v} // Triton's ModelParameter
 	}
+	outs := make([]any, len(m.Outputs))
+	for i, o := range m.Outputs {
+		outs[i] = map[string]any{"name": o.Name, "data_type": configType(o.Datatype), "dims": o.Shape}
+	}
 	return map[string]any{
 		"name":             m.Name,
 		"platform":         "onnxruntime_onnx",
 		"backend":          "onnxruntime",
 		"max_batch_size":   m.MaxBatch,
 		"input":            []any{input},
-		"output":           []any{map[string]any{"name": m.Output, "data_type": "TYPE_FP32", "dims": []int64{int64(m.Classes)}}},
+		"output":           outs,
 		"dynamic_batching": map[string]any{},
 		"parameters":       params,
 	}

@@ -14,8 +14,8 @@ import (
 // TestGRPC: the image interface takes one encoded image per sample, the tensor
 // interface the model's input in its layout and datatype.
 func TestGRPC(t *testing.T) {
-	m := Model{Name: "m", TensorName: "m.tensor", Input: "in", Output: "out", Datatype: "UINT8", Shape: []int64{224, 224, 3}, NHWC: true,
-		Classes: 10, MaxBatch: 8, Versions: []string{"1", "2"}, Parameters: map[string]string{"k": "v"}}
+	m := Model{Name: "m", TensorName: "m.tensor", Input: "in", Outputs: []Tensor{{"out", "FP32", []int64{10}}}, Datatype: "UINT8", Shape: []int64{224, 224, 3}, NHWC: true,
+		MaxBatch: 8, Versions: []string{"1", "2"}, Parameters: map[string]string{"k": "v"}}
 	md := GRPCMetadata(m)
 	if in := md.GetInputs()[0]; in.GetDatatype() != "BYTES" || len(in.GetShape()) != 1 || md.GetOutputs()[0].GetShape()[1] != 10 || len(md.GetVersions()) != 2 {
 		t.Fatalf("image metadata: %v", md)
@@ -39,8 +39,8 @@ func TestGRPC(t *testing.T) {
 // of Triton's JSON are its protobuf's).
 func TestJSONMatchesGRPC(t *testing.T) {
 	for _, tensor := range []bool{false, true} {
-		m := Model{Name: "m", TensorName: "m.tensor", TensorOnly: tensor, Input: "in", Output: "out", Datatype: "FP32",
-			Shape: []int64{3, 224, 224}, Classes: 1000, MaxBatch: 32, Versions: []string{"1"}}
+		m := Model{Name: "m", TensorName: "m.tensor", TensorOnly: tensor, Input: "in", Outputs: []Tensor{{"out", "FP32", []int64{1000}}}, Datatype: "FP32",
+			Shape: []int64{3, 224, 224}, MaxBatch: 32, Versions: []string{"1"}}
 		var meta struct {
 			Name   string `json:"name"`
 			Inputs []struct {
