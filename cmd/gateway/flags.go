@@ -22,6 +22,7 @@ type options struct {
 	model       string
 	labels      string
 	name        string
+	task        string
 	listen      string
 	adminListen string
 	grpcListen  string
@@ -41,6 +42,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.model, "model", "", "serve this ONNX file (or model repository folder) without a YAML: the model tells its inputs, outputs, sizes and labels")
 	fs.StringVar(&o.labels, "labels", "", "with -model: its label file (default: labels.txt, labels.json or synset.txt beside the model, else the model's metadata)")
 	fs.StringVar(&o.name, "name", "", "with -model: the model's name (default: the file's name without .onnx; for model.onnx, its folder's)")
+	fs.StringVar(&o.task, "task", "", "with -model: what the model answers, classify, embed or detect (default: from the model's outputs where they leave no doubt)")
 	fs.StringVar(&o.listen, "listen", "", "HOST:PORT of the public API (overrides $IMAGEGATE_LISTEN and server.listen)")
 	fs.StringVar(&o.adminListen, "admin-listen", "", `HOST:PORT of the admin API, or "off" (overrides server.admin_listen)`)
 	fs.StringVar(&o.grpcListen, "grpc-listen", "", `HOST:PORT of the gRPC API, or "off" (overrides $IMAGEGATE_GRPC_LISTEN and server.grpc_listen)`)
@@ -73,8 +75,13 @@ func (o *options) validate() error {
 		return errors.New("give -config or -model, not both")
 	case o.model != "" && o.modelDir.dir != "":
 		return errors.New("give -model or -model_dir, not both")
-	case o.model == "" && (set["labels"] || set["name"]):
-		return errors.New("-labels and -name go with -model")
+	case o.model == "" && (set["labels"] || set["name"] || set["task"]):
+		return errors.New("-labels, -name and -task go with -model")
+	}
+	switch o.task {
+	case "", configs.TaskClassify, configs.TaskEmbed, configs.TaskDetect:
+	default:
+		return fmt.Errorf("-task must be classify, embed or detect, got %q", o.task)
 	}
 	if err := o.triton.validate(o); err != nil {
 		return err
@@ -107,8 +114,15 @@ func (o *options) source() (source, error) {
 		return source{}, err
 	}
 	if o.model != "" {
-		model, labels, n := o.model, o.labels, o.name
-		load = func(string) (*configs.Config, error) { return configs.ForModel(model, labels, n) }
+		model, labels, n, task := o.model, o.labels, o.name, o.task
+		load = func(string) (*configs.Config, error) {
+			cfg, err := configs.ForModel(model, labels, n)
+			if err == nil && task != "" {
+				cfg.Models[0].Task = task
+				err = cfg.Validate()
+			}
+			return cfg, err
+		}
 		name = "-model " + model
 	}
 	src := o.triton.wrap(source{load: load, name: name, listen: listen, listenFrom: from}, o)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 
 	"github.com/imagegate/imagegate/configs"
+	"github.com/imagegate/imagegate/gateway"
+	"github.com/imagegate/imagegate/postprocess"
 	"github.com/imagegate/imagegate/runtime/ort"
 )
 
@@ -51,6 +54,12 @@ func logSettings(log *slog.Logger, name, version string, c configs.Completion) {
 		}
 	}
 	log.Info("model settings", args...)
+	for _, s := range c.Settings {
+		if s.Key == "batching.max_batch_size" && s.Source == "model" && s.Value == "1" {
+			// Many exported detectors are: every image is a run of its own.
+			log.Info("the model's batch axis is fixed at 1: it is served with batches of one", "model", name, "version", version)
+		}
+	}
 	for _, w := range c.Warnings {
 		log.Warn("model "+name+": "+w, "model", name, "version", version)
 	}
@@ -63,4 +72,38 @@ func parameters(c configs.Completion) map[string]string {
 		p[s.Key] = s.Value + " (" + s.Source + ")"
 	}
 	return p
+}
+
+// taskOptions translates the completed model's task into the gateway's options: an embedding's
+// normalization; a detector's decoder (checked here, so that a configuration it cannot use
+// fails with the keys to change) and its selection's defaults.
+func taskOptions(mo *gateway.ModelOptions, m configs.Model, comp configs.Completion) error {
+	switch m.Task {
+	case configs.TaskEmbed:
+		mo.Task, mo.Normalize = gateway.TaskEmbed, m.Embed.Normalize
+	case configs.TaskDetect:
+		mo.Task = gateway.TaskDetect
+		d, f := m.Detect, comp.Detect
+		kind, err := postprocess.ParseKind(d.Decoder)
+		if err != nil {
+			return fmt.Errorf("%s.detect.decoder: %w", m.Field(), err)
+		}
+		format, err := postprocess.ParseBoxFormat(d.BoxFormat)
+		if err != nil {
+			return fmt.Errorf("%s.detect.box_format: %w", m.Field(), err)
+		}
+		dec := postprocess.Decoder{Kind: kind, Anchors: f.Anchors, Classes: f.Classes, Format: format,
+			Normalized: d.BoxUnits == "normalized", Background: d.Background == "on", Objectness: d.Objectness == "on",
+			Transposed: f.Transposed, Packed: f.Packed, InputWidth: m.Input.Width, InputHeight: m.Input.Height}
+		if err := dec.Check(); err != nil {
+			return fmt.Errorf("%s.detect: %w", m.Field(), err)
+		}
+		p := postprocess.Params{ScoreThreshold: float32(d.ScoreThreshold), IOUThreshold: float32(d.IOUThreshold),
+			MaxDetections: d.MaxDetections, ClassAgnostic: d.ClassAgnostic}
+		if err := p.Check(); err != nil {
+			return fmt.Errorf("%s.detect.%w", m.Field(), err)
+		}
+		mo.Detect = gateway.DetectOptions{Decoder: dec, Params: p, Boxes: d.Boxes, Scores: d.Scores, Classes: d.Classes, Count: d.Count}
+	}
+	return nil
 }

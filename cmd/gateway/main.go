@@ -470,17 +470,19 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 	}
 	logSettings(log, m.Name, version, comp)
 	labels := comp.Labels
-	if labels == nil {
+	if labels == nil && m.Task != configs.TaskEmbed {
 		if labels, err = configs.LoadLabels(m.Labels); err != nil {
 			return gateway.ModelOptions{}, fmt.Errorf("%s.labels: %w", m.Field(), err)
 		}
-		if len(labels) != comp.Classes {
+		// A detector whose classes the model does not say (one with NMS built in) takes the
+		// labels as they are: classes past them are named by their index.
+		if len(labels) != comp.Classes && comp.Classes > 0 {
 			return gateway.ModelOptions{}, fmt.Errorf("%s.labels: %s has %d labels, but the model's output has %d classes", m.Field(), m.Labels, len(labels), comp.Classes)
 		}
 	}
 	po := preprocess.Options{
 		Width: m.Input.Width, Height: m.Input.Height, Resize: m.Preprocess.Resize,
-		Mode: preprocess.Mode(m.Preprocess.Mode), Scale: preprocess.Scale(m.Preprocess.Scale),
+		Mode: preprocess.Mode(m.Preprocess.Mode), Scale: preprocess.Scale(m.Preprocess.Scale), Pad: uint8(m.Preprocess.Pad),
 		Layout: preprocess.Layout(m.Input.Layout), MaxPixels: m.Preprocess.MaxPixels, FullDecode: m.Preprocess.FullDecode,
 	}
 	copy(po.Mean[:], m.Preprocess.Mean)
@@ -505,6 +507,9 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		Name: m.Name, Labels: labels, InputName: m.Input.Name,
 		Preprocess: po, Batching: bc, QueueTarget: m.Batching.QueueTarget.D(), DefaultTimeout: m.Batching.DefaultTimeout.D(),
 		Parameters: parameters(comp),
+	}
+	if err := taskOptions(&mo, m, comp); err != nil {
+		return gateway.ModelOptions{}, err
 	}
 	var auto *batchChoice
 	switch m.Input.Type { // Complete took it from the model
@@ -536,11 +541,15 @@ func sessions[T ort.Elem](m configs.Model, server configs.Server) (gateway.Runne
 	}
 	runners := gateway.RunnersOf[T]{}
 	var auto *batchChoice
+	var outputs []string // the outputs of a task other than classification
+	if m.Task != configs.TaskClassify {
+		outputs = m.OutputNames()
+	}
 	for i := range m.Runtime.Instances {
 		if i > 0 && m.Runtime.ShareSession() {
 			s := ss[0].Share()
 			ss = append(ss, s)
-			runners = append(runners, newRunner(s, m.Output.Name))
+			runners = append(runners, runnerFor(s, m.Output.Name, outputs != nil))
 			continue
 		}
 		optimized := m.Runtime.OptimizedModelPath
@@ -548,7 +557,7 @@ func sessions[T ort.Elem](m configs.Model, server configs.Server) (gateway.Runne
 			optimized = "" // written once, by the first instance
 		}
 		cfg := ort.SessionConfig{
-			ModelPath: m.Path, InputName: m.Input.Name, OutputName: m.Output.Name, InputShape: shape,
+			ModelPath: m.Path, InputName: m.Input.Name, OutputName: m.Output.Name, OutputNames: outputs, InputShape: shape,
 			MaxBatchSize: int(m.Batching.MaxBatchSize), IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
 			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
 			NoCPUMemArena: m.Runtime.CPUMemArena == "off", RewriteHardSwish: m.Runtime.HardSwishRewrite == "on" || (m.Runtime.HardSwishRewrite == "auto" && ort.HardSwishRewritePays()),
@@ -569,7 +578,7 @@ func sessions[T ort.Elem](m configs.Model, server configs.Server) (gateway.Runne
 			return nil, nil, nil, err
 		}
 		ss = append(ss, s)
-		runners = append(runners, newRunner(s, m.Output.Name))
+		runners = append(runners, runnerFor(s, m.Output.Name, outputs != nil))
 	}
 	return runners, closeAll, auto, nil
 }
