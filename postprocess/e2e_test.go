@@ -5,13 +5,9 @@ package postprocess_test
 // computed here, on this machine (internal/pilref: PIL and numpy).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"image"
-	"image/color"
-	"image/draw"
-	"image/jpeg"
 	_ "image/png"
 	"math"
 	"os"
@@ -218,37 +214,6 @@ func TestUltrafaceMatchesReference(t *testing.T) {
 	}
 }
 
-// orientJPEG encodes the displayed image d as a JPEG stored so that EXIF orientation o shows
-// d: the pixels are transformed back to the stored grid and the orientation tag written.
-func orientJPEG(t *testing.T, d image.Image, o int) []byte {
-	t.Helper()
-	b := d.Bounds()
-	W, H := b.Dx(), b.Dy()
-	ws, hs := W, H
-	if o >= 5 {
-		ws, hs = H, W
-	}
-	st := image.NewRGBA(image.Rect(0, 0, ws, hs))
-	f := postprocess.Frame{Width: W, Height: H, Orientation: o}
-	for Y := range H {
-		for X := range W {
-			s := f.Stored([4]float32{float32(X) + 0.5, float32(Y) + 0.5, float32(X) + 0.5, float32(Y) + 0.5})
-			st.Set(int(s[0]), int(s[1]), d.At(b.Min.X+X, b.Min.Y+Y))
-		}
-	}
-	var buf bytes.Buffer
-	if err := jpeg.Encode(&buf, st, &jpeg.Options{Quality: 95}); err != nil {
-		t.Fatal(err)
-	}
-	j := buf.Bytes()
-	// APP1 Exif: a little-endian TIFF header and one IFD entry, Orientation (0x0112), SHORT.
-	tiff := []byte{'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, byte(o), 0, 0, 0, 0, 0, 0, 0}
-	app1 := append([]byte{0xFF, 0xE1, 0, 0}, append([]byte("Exif\x00\x00"), tiff...)...)
-	n := len(app1) - 2
-	app1[2], app1[3] = byte(n>>8), byte(n)
-	return append(append(append([]byte{}, j[:2]...), app1...), j[2:]...)
-}
-
 // redPhoto is a shared photo in gray with a pure red rectangle drawn at r (displayed pixels):
 // the RedBox model's only red; transposed swaps its axes (a portrait photo).
 func redPhoto(t *testing.T, name string, transposed bool, r image.Rectangle) image.Image {
@@ -262,24 +227,7 @@ func redPhoto(t *testing.T, name string, transposed bool, r image.Rectangle) ima
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := src.Bounds()
-	w, h := b.Dx(), b.Dy()
-	if transposed {
-		w, h = h, w
-	}
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for y := range h {
-		for x := range w {
-			sx, sy := x, y
-			if transposed {
-				sx, sy = y, x
-			}
-			g := color.GrayModel.Convert(src.At(b.Min.X+sx, b.Min.Y+sy)).(color.Gray)
-			img.Set(x, y, color.RGBA{g.Y, g.Y, g.Y, 255})
-		}
-	}
-	draw.Draw(img, r, image.NewUniform(color.RGBA{255, 0, 0, 255}), image.Point{}, draw.Src)
-	return img
+	return onnxtest.RedPhoto(src, transposed, r)
 }
 
 // redDecoder is the decoder of a RedBox layout.
@@ -345,7 +293,10 @@ func TestRedBoxRoundTrip(t *testing.T) {
 	for i, p := range ph {
 		img := redPhoto(t, p.name, p.transposed, p.rect)
 		for o := 1; o <= 8; o++ {
-			files[i][o-1] = orientJPEG(t, img, o)
+			var err error
+			if files[i][o-1], err = onnxtest.OrientJPEG(img, o); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for ii, in := range inputs {
