@@ -293,13 +293,14 @@ func (c *completer) yolo(p *problems, pick picker) {
 		return
 	}
 	a, b := out.Shape[1], out.Shape[2]
-	if a < 5 || b < 5 || a == b {
-		p.add(f+".boxes", "the model's output %s is not YOLO's [batch, 4+classes, anchors] or [batch, anchors, 4+classes] with fixed sizes", out)
+	transposed, ok := yoloAxes(a, b, int64(c.labelCount()))
+	if !ok {
+		p.add(f+".boxes", "the model's output %s is not YOLO's [batch, 4+classes, anchors] or [batch, anchors, 4+classes] with fixed sizes (with labels, the class count tells which axis is which)", out)
 		return
 	}
 	values, anchors := a, b
-	c.res.Detect.Transposed = a > b
-	if c.res.Detect.Transposed {
+	c.res.Detect.Transposed = transposed
+	if transposed {
 		values, anchors = b, a
 	}
 	obj := d.Objectness == "on"
@@ -324,6 +325,26 @@ func (c *completer) yolo(p *problems, pick picker) {
 	if d.BoxFormat == "" {
 		d.BoxFormat = "cxcywh"
 	}
+}
+
+// yoloAxes says which axis of a YOLO output [batch, a, b] holds each anchor's values (4 box
+// values, maybe an objectness, the class scores: 5 at least): transposed when it is b. An axis
+// that cannot hold them leaves the other; labels (their count, 0 when unknown) tell when both
+// could; else the values are the shorter axis (a model scores far more anchors than classes).
+func yoloAxes(a, b, labels int64) (transposed, ok bool) {
+	switch {
+	case a < 1 || b < 1 || a < 5 && b < 5:
+		return false, false
+	case a < 5:
+		return true, true
+	case b < 5:
+		return false, true
+	}
+	fits := func(v int64) bool { return labels > 0 && (v == labels+4 || v == labels+5) }
+	if fits(a) != fits(b) {
+		return fits(b), true
+	}
+	return a > b, a != b
 }
 
 func (c *completer) nms(p *problems, pick picker) {

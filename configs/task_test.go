@@ -191,6 +191,25 @@ func TestYOLOObjectnessFromLabelFile(t *testing.T) {
 	}
 }
 
+// TestYOLOAxes: which axis of a YOLO output holds the values, for models that score few
+// anchors (test models) as well as many: an axis too short for 4 box values and a class
+// leaves the other, the labels tell when both could, else the shorter.
+func TestYOLOAxes(t *testing.T) {
+	for _, c := range []struct {
+		a, b, labels   int64
+		transposed, ok bool
+	}{
+		{84, 8400, 0, false, true}, {25200, 85, 0, true, true}, {6, 3, 0, false, true}, {3, 6, 2, true, true},
+		{6, 7, 2, false, true}, {7, 6, 2, true, true}, {7, 6, 3, false, true}, {84, 84, 0, false, false},
+		{4, 4, 0, false, false}, {-1, 84, 0, false, false},
+	} {
+		tr, ok := yoloAxes(c.a, c.b, c.labels)
+		if tr != c.transposed || ok != c.ok {
+			t.Errorf("[%d %d] with %d labels: transposed %v ok %v, want %v %v", c.a, c.b, c.labels, tr, ok, c.transposed, c.ok)
+		}
+	}
+}
+
 func TestOutputNames(t *testing.T) {
 	for _, c := range []struct {
 		m    Model
