@@ -16,6 +16,8 @@ const (
 	BYTES = "BYTES"
 	FP32  = "FP32"
 	UINT8 = "UINT8"
+	INT64 = "INT64" // outputs only: a detector's classes and counts
+	INT32 = "INT32"
 )
 
 // HeaderLength is the HTTP header that gives the length of the JSON part of a body that

@@ -23,7 +23,7 @@ type Response struct {
 
 // Tensor is one output tensor. The field of its Datatype holds its data, flattened in
 // row-major order: FP32 (a JSON null, which is how NaN and ±Inf travel in JSON, reads as NaN),
-// UINT8, or Bytes (each element's bytes; in JSON, a string's text).
+// UINT8, INT64 (INT32 outputs too), or Bytes (each element's bytes; in JSON, a string's text).
 type Tensor struct {
 	Name     string
 	Datatype string
@@ -35,6 +35,7 @@ type Tensor struct {
 	Binary bool
 	FP32   []float32
 	UINT8  []uint8
+	INT64  []int64 // INT64 and INT32 values
 	Bytes  [][]byte
 }
 
@@ -153,6 +154,19 @@ func (t *Tensor) fromBinary(raw []byte, n int64) error {
 			return fmt.Errorf("%w output %q: %d bytes for %d UINT8 values", ErrInvalid, t.Name, len(raw), n)
 		}
 		t.UINT8 = bytes.Clone(raw)
+	case INT64, INT32:
+		size := map[string]int{INT64: 8, INT32: 4}[t.Datatype]
+		if len(raw)%size != 0 || int64(len(raw)/size) != n {
+			return fmt.Errorf("%w output %q: %d bytes for %d %s values", ErrInvalid, t.Name, len(raw), n, t.Datatype)
+		}
+		t.INT64 = make([]int64, n)
+		for i := range t.INT64 {
+			if size == 8 {
+				t.INT64[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
+			} else {
+				t.INT64[i] = int64(int32(binary.LittleEndian.Uint32(raw[4*i:])))
+			}
+		}
 	case BYTES:
 		t.Bytes = make([][]byte, 0, min(n, int64(len(raw)/4)))
 		for len(raw) > 0 {
@@ -170,7 +184,7 @@ func (t *Tensor) fromBinary(raw []byte, n int64) error {
 			return fmt.Errorf("%w output %q: shape %v, %d BYTES elements", ErrInvalid, t.Name, t.Shape, len(t.Bytes))
 		}
 	default:
-		return fmt.Errorf("%w output %q: datatype %q (this client decodes BYTES, FP32 and UINT8)", ErrInvalid, t.Name, t.Datatype)
+		return fmt.Errorf("%w output %q: datatype %q (this client decodes BYTES, FP32, UINT8, INT64 and INT32)", ErrInvalid, t.Name, t.Datatype)
 	}
 	return nil
 }
@@ -209,6 +223,18 @@ func (t *Tensor) fromJSON(data json.RawMessage, n int64) error {
 			}
 			return fmt.Errorf("%w output %q: UINT8 element %v", ErrInvalid, t.Name, tok)
 		}
+	case INT64, INT32:
+		t.INT64 = make([]int64, 0, min(n, 1<<20))
+		bits := map[string]int{INT64: 64, INT32: 32}[t.Datatype]
+		add = func(tok json.Token) error {
+			if v, ok := tok.(json.Number); ok {
+				if i, err := strconv.ParseInt(string(v), 10, bits); err == nil {
+					t.INT64 = append(t.INT64, i)
+					return nil
+				}
+			}
+			return fmt.Errorf("%w output %q: %s element %v", ErrInvalid, t.Name, t.Datatype, tok)
+		}
 	case BYTES:
 		t.Bytes = make([][]byte, 0, min(n, 1<<20))
 		add = func(tok json.Token) error {
@@ -219,7 +245,7 @@ func (t *Tensor) fromJSON(data json.RawMessage, n int64) error {
 			return fmt.Errorf("%w output %q: BYTES element %v is not a string", ErrInvalid, t.Name, tok)
 		}
 	default:
-		return fmt.Errorf("%w output %q: datatype %q (this client decodes BYTES, FP32 and UINT8)", ErrInvalid, t.Name, t.Datatype)
+		return fmt.Errorf("%w output %q: datatype %q (this client decodes BYTES, FP32, UINT8, INT64 and INT32)", ErrInvalid, t.Name, t.Datatype)
 	}
 	count, err := flatten(data, add)
 	if err != nil {

@@ -186,13 +186,21 @@ func fromContents(t *oip.Tensor, c *inference.InferTensorContents) error {
 			t.UINT8 = append(t.UINT8, uint8(v))
 		}
 		got = len(c.GetUintContents())
+	case oip.INT64:
+		t.INT64 = append([]int64(nil), c.GetInt64Contents()...)
+		got = len(t.INT64)
+	case oip.INT32:
+		for _, v := range c.GetIntContents() {
+			t.INT64 = append(t.INT64, int64(v))
+		}
+		got = len(t.INT64)
 	case oip.BYTES:
 		for _, e := range c.GetBytesContents() {
 			t.Bytes = append(t.Bytes, append([]byte(nil), e...))
 		}
 		got = len(t.Bytes)
 	default:
-		return fmt.Errorf("%w output %q: datatype %q (this client decodes BYTES, FP32 and UINT8)", ErrInvalid, t.Name, t.Datatype)
+		return fmt.Errorf("%w output %q: datatype %q (this client decodes BYTES, FP32, UINT8, INT64 and INT32)", ErrInvalid, t.Name, t.Datatype)
 	}
 	if int64(got) != n {
 		return fmt.Errorf("%w output %q: shape %v, %d elements in its contents", ErrInvalid, t.Name, t.Shape, got)
