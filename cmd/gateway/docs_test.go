@@ -2,22 +2,29 @@ package main_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 )
 
 // What the documentation says about the code, checked against the code: the metrics of
 // docs/metrics.md against a running gateway's /metrics (both ways), the endpoints of the
-// README's and docs/api.md's tables against a running gateway, the flags of docs/operations.md
-// and the README against `bin/gateway -h`, and every relative link and anchor of the docs.
+// README's and docs/api.md's tables against a running gateway, docs/api.md's examples of the
+// embed and detect tasks run as a reader runs them, the flags of docs/operations.md and the
+// README against `bin/gateway -h`, and every relative link and anchor of the docs.
 
 // section returns the lines of a Markdown document from the heading that starts with heading
 // (e.g. "## API") to the next heading of the same or a higher level, code blocks skipped.
@@ -462,4 +469,148 @@ func TestDocsLinksResolve(t *testing.T) {
 	if checked < 20 {
 		t.Fatalf("checked %d links", checked)
 	}
+}
+
+// TestDocsTaskExamples runs docs/api.md's "Embeddings and detections" as a reader would: its
+// configuration written to the file its bin/gateway command names, every command of its ```sh
+// blocks in order in one directory, and each ```json block compared with what the command
+// before it printed (approxJSON). Three things differ from a reader's terminal: the models are
+// the shared face detector and MobileNetV2 cut at its pooled features here, the photo is
+// ../shared/images' astronaut, and the server listens on a free port (127.0.0.1:8080 in the
+// commands is rewritten to it) without the admin and gRPC listeners.
+func TestDocsTaskExamples(t *testing.T) {
+	shared := sharedDir(t)
+	ortLib(t)
+	for _, tool := range []string{"bash", "curl", "base64"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the examples need %s: %v", tool, err)
+		}
+	}
+	box := t.TempDir()
+	cutMobileNet(t, box) // box/features.onnx
+	for dst, src := range map[string]string{
+		"version-RFB-320.onnx": filepath.Join(shared, "models", "ultraface-rfb-320", "version-RFB-320.onnx"),
+		"astronaut.png":        filepath.Join(shared, "images", "skimage_astronaut.png"),
+	} {
+		if _, err := os.Stat(src); err != nil {
+			t.Skip("shared file absent: ", err)
+		}
+		if err := os.Symlink(src, filepath.Join(box, dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin, err := filepath.Abs(gatewayBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := fencedBlocks(t, readDoc(t, "docs/api.md"), "## Embeddings and detections")
+	var yaml string
+	var g *gateway
+	var last, lastCmd string
+	compared := 0
+	for _, b := range blocks {
+		switch b.lang {
+		case "yaml":
+			yaml = b.text
+			continue
+		case "json":
+			if lastCmd == "" {
+				t.Fatalf("an output block follows no command:\n%s", b.text)
+			}
+			if !approxOutput(t, last, b.text) {
+				t.Errorf("%s\nprinted:\n%s\ndocs/api.md says:\n%s", lastCmd, last, b.text)
+			}
+			compared++
+			lastCmd = ""
+			continue
+		}
+		for _, cmd := range commands(b.text) {
+			last, lastCmd = "", cmd
+			if args, ok := strings.CutPrefix(cmd, "bin/gateway "); ok {
+				f := strings.Fields(args)
+				if len(f) != 2 || f[0] != "-config" || yaml == "" || g != nil {
+					t.Fatalf("%s: want one `bin/gateway -config FILE` after the configuration", cmd)
+				}
+				if err := os.WriteFile(filepath.Join(box, f[1]), []byte(yaml), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				g = startGatewayIn(t, box, bin, "-config", f[1], "-listen", "127.0.0.1:0", "-admin-listen", "off", "-grpc-listen", "off")
+				continue
+			}
+			if g != nil {
+				cmd = strings.ReplaceAll(cmd, "http://127.0.0.1:8080", g.url)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			c := exec.CommandContext(ctx, "bash", "-c", cmd)
+			c.Dir = box
+			var stdout, stderr bytes.Buffer
+			c.Stdout, c.Stderr = &stdout, &stderr
+			err := c.Run()
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s%s", cmd, err, stdout.String(), stderr.String())
+			}
+			last = stdout.String()
+		}
+	}
+	if g == nil || compared < 4 {
+		t.Fatalf("the section started no gateway or showed %d answers", compared)
+	}
+}
+
+// approxOutput compares a command's JSON output with the docs': numbers to within 0.02 plus
+// 0.2 % (the docs' were computed on one CPU; other CPUs' kernels round differently), the rest
+// exactly; an array whose last element is … is shown in part (its first elements).
+func approxOutput(t *testing.T, got, want string) bool {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Errorf("not JSON: %v: %s", err, got)
+		return false
+	}
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(want, "…", `"…"`)), &w); err != nil {
+		t.Fatalf("docs/api.md's output is not JSON: %v:\n%s", err, want)
+	}
+	return approxJSON(g, w)
+}
+
+func approxJSON(got, want any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for k, v := range w {
+			if gv, ok := g[k]; !ok || !approxJSON(gv, v) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		g, ok := got.([]any)
+		if !ok {
+			return false
+		}
+		if n := len(w); n > 0 && w[n-1] == "…" {
+			w = w[:n-1]
+			if len(g) <= len(w) {
+				return false
+			}
+			g = g[:len(w)]
+		}
+		if len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !approxJSON(g[i], w[i]) {
+				return false
+			}
+		}
+		return true
+	case float64:
+		g, ok := got.(float64)
+		return ok && math.Abs(g-w) <= 0.02+0.002*math.Abs(w)
+	}
+	return reflect.DeepEqual(got, want)
 }
