@@ -56,7 +56,7 @@ func BenchmarkRequest(b *testing.B) {
 func v2Bodies(tb testing.TB) []Body {
 	var bodies []Body
 	for _, n := range []int{10, 100000} {
-		b, err := V2ImageBody("x", make([]byte, n), "input", true)
+		b, err := V2ImageBody("x", make([]byte, n), "input", true, nil)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -61,6 +61,10 @@ type Config struct {
 	Headers []Header
 	// Bodies are sent in rotation: request i carries Bodies[i % len].
 	Bodies []Body
+	// Params are Open Inference Protocol request parameters that PrepareV2 and PrepareGRPC
+	// put in every request (string, bool, integer or float values): a detector's
+	// "detections": true, its "score_threshold", ... Other runs leave it nil.
+	Params map[string]any
 	// GRPCConns is the number of gRPC connections the workers share, round robin (default
 	// 1; at most Concurrency). HTTP runs use one connection per worker and leave it 0.
 	GRPCConns int

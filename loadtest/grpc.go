@@ -122,7 +122,7 @@ func PrepareGRPC(ctx context.Context, cfg *Config, model string) error {
 		if err != nil {
 			return err
 		}
-		data, err := oipgrpc.MarshalRequest(model, "", &oip.Request{Inputs: []oip.Input{oip.ImageInput(ins[0].GetName(), true, img)}})
+		data, err := oipgrpc.MarshalRequest(model, "", &oip.Request{Inputs: []oip.Input{oip.ImageInput(ins[0].GetName(), true, img)}, Parameters: cfg.Params})
 		if err != nil {
 			return err
 		}

@@ -86,9 +86,10 @@ func ImageOf(b Body) ([]byte, error) {
 // V2ImageBody is an inference request carrying one encoded image as a BYTES input named input
 // (shape [1]). In JSON the image is a base64 string and the scores come back as JSON; with
 // binary the image travels as binary tensor data (its Inference-Header-Content-Length is in
-// the body's Headers) and the scores are asked for as binary data too.
-func V2ImageBody(name string, image []byte, input string, binary bool) (Body, error) {
-	req := oip.Request{Inputs: []oip.Input{oip.ImageInput(input, binary, image)}, BinaryOutput: binary}
+// the body's Headers) and the outputs are asked for as binary data too. params are the
+// request's parameters (nil: none).
+func V2ImageBody(name string, image []byte, input string, binary bool, params map[string]any) (Body, error) {
+	req := oip.Request{Inputs: []oip.Input{oip.ImageInput(input, binary, image)}, BinaryOutput: binary, Parameters: params}
 	enc, err := req.Encode()
 	if err != nil {
 		return Body{}, err
@@ -104,7 +105,7 @@ func V2ImageBody(name string, image []byte, input string, binary bool) (Body, er
 // and model): it reads the model's metadata from the server (with cfg.Headers; so a wrong
 // URL or model fails here, before the run), checks that the model takes one BYTES input
 // (encoded images), and replaces each of cfg.Bodies (an image file, or the article's JSON
-// body) with an inference request for that image (V2ImageBody), cfg.URL with the model's
+// body) with an inference request for that image (V2ImageBody, with cfg.Params), cfg.URL with the model's
 // inference URL, and sets Content-Type unless cfg.Headers has one. It is done once, before
 // the run.
 func PrepareV2(ctx context.Context, cfg *Config, model string, binary bool) error {
@@ -142,7 +143,7 @@ func PrepareV2(ctx context.Context, cfg *Config, model string, binary bool) erro
 		if err != nil {
 			return err
 		}
-		if bodies[i], err = V2ImageBody(b.Name+" ("+kind+")", img, md.Inputs[0].Name, binary); err != nil {
+		if bodies[i], err = V2ImageBody(b.Name+" ("+kind+")", img, md.Inputs[0].Name, binary, cfg.Params); err != nil {
 			return err
 		}
 	}

@@ -42,6 +42,8 @@ Examples:
   loadtest -protocol v2 -binary -model mobilenet_v3_small -n 2000 -c 50 -body rime_5868.json http://127.0.0.1:8080
   # the same image over gRPC (ModelInfer), 50 calls in flight on one connection
   loadtest -protocol grpc -model mobilenet_v3_small -n 2000 -c 50 -body rime_5868.json 127.0.0.1:8001
+  # a detector's post-processed detections over gRPC (request parameters)
+  loadtest -protocol grpc -model faces -param detections=true -param score_threshold=0.9 -n 500 -c 8 -body photo.jpg 127.0.0.1:8001
   # throughput-vs-latency table with the server's mean batch size per step
   loadtest sweep -c 1,8,50 -duration 10s -body rime_5868.json -metrics http://127.0.0.1:8080/metrics \
       http://127.0.0.1:8080/predict/
@@ -54,7 +56,10 @@ Open Inference Protocol (-protocol v2):
   for as binary too. The URL is the server's base URL (http://host:port, or
   with a path prefix), to which /v2/models/MODEL/infer is added, or a model's
   inference URL (.../v2/models/MODEL[/versions/V]/infer), used as it is. The
-  model's metadata is read first: it must take one BYTES input.
+  model's metadata is read first: it must take one BYTES input. -param KEY=VALUE
+  (repeatable; here and with gRPC) adds a request parameter to every request: a
+  number, true or false, or else text (a detector's detections=true, its
+  score_threshold=0.5, iou_threshold, max_detections).
 
 Open Inference Protocol over gRPC (-protocol grpc):
   The same images, each as the one element of the model's BYTES input in a
@@ -113,6 +118,7 @@ type options struct {
 	grpcConns  int
 	method     string
 	headers    headerFlag
+	params     paramFlag
 	out        string
 	htmlOut    string
 	quiet      bool
@@ -133,6 +139,35 @@ func (h *headerFlag) Set(v string) error {
 		return fmt.Errorf("header %q must look like 'Name: value'", v)
 	}
 	*h = append(*h, loadtest.Header{Name: strings.TrimSpace(name), Value: strings.TrimSpace(value)})
+	return nil
+}
+
+// paramFlag collects -param KEY=VALUE request parameters: an integer, a number, true or
+// false, else the text as written.
+type paramFlag map[string]any
+
+func (p *paramFlag) String() string { return fmt.Sprint(map[string]any(*p)) }
+func (p *paramFlag) Set(v string) error {
+	key, value, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(key) == "" {
+		return fmt.Errorf("parameter %q must look like KEY=VALUE", v)
+	}
+	if *p == nil {
+		*p = paramFlag{}
+	}
+	key = strings.TrimSpace(key)
+	if _, dup := (*p)[key]; dup {
+		return fmt.Errorf("parameter %q is set twice", key)
+	}
+	if i, err := strconv.ParseInt(value, 10, 64); err == nil {
+		(*p)[key] = i
+	} else if f, err := strconv.ParseFloat(value, 64); err == nil {
+		(*p)[key] = f
+	} else if b, err := strconv.ParseBool(value); err == nil && (value == "true" || value == "false") {
+		(*p)[key] = b
+	} else {
+		(*p)[key] = value
+	}
 	return nil
 }
 
@@ -166,6 +201,7 @@ func (o *options) register(fs *flag.FlagSet, sweep bool) {
 	fs.IntVar(&o.grpcConns, "grpc-conns", 1, "with -protocol grpc: connections the workers share")
 	fs.StringVar(&o.method, "m", "", "HTTP method (default GET, or POST with a body)")
 	fs.Var(&o.headers, "H", "request header 'Name: value' (repeatable)")
+	fs.Var(&o.params, "param", "with -protocol v2 or grpc: request parameter KEY=VALUE (repeatable), e.g. a detector's detections=true")
 	fs.StringVar(&o.out, "o", "", "write the JSON report to this file")
 	fs.StringVar(&o.htmlOut, "html", "", "write the standalone HTML report to this file")
 	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
@@ -194,6 +230,10 @@ func (o *options) config(ctx context.Context, url string) (loadtest.Config, erro
 	if o.grpcConns != 1 && o.protocol != "grpc" {
 		return cfg, errors.New("-grpc-conns goes with -protocol grpc")
 	}
+	if len(o.params) > 0 && o.protocol != "v2" && o.protocol != "grpc" {
+		return cfg, errors.New("-param goes with -protocol v2 or grpc (the article's API takes query parameters in the URL)")
+	}
+	cfg.Params = o.params
 	switch o.protocol {
 	case "v2":
 		return cfg, o.v2Config(ctx, &cfg)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,5 +158,25 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if _, _, errOut := runCLI(t, "-h"); !strings.Contains(errOut, "Examples:") {
 		t.Errorf("usage text lacks examples:\n%s", errOut)
+	}
+}
+
+// TestParamFlag: -param values typed as a request parameter wants them; malformed and
+// repeated keys refused.
+func TestParamFlag(t *testing.T) {
+	var p paramFlag
+	for _, v := range []string{"detections=true", "score_threshold=0.25", "max_detections=5", "note=hello=world", "flag=True"} {
+		if err := p.Set(v); err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+	}
+	want := paramFlag{"detections": true, "score_threshold": 0.25, "max_detections": int64(5), "note": "hello=world", "flag": "True"}
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("got %#v, want %#v", p, want)
+	}
+	for _, bad := range []string{"novalue", "=1", "detections=false"} {
+		if err := p.Set(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
