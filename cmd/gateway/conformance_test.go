@@ -318,11 +318,12 @@ func TestConformance(t *testing.T) {
 		Parameters map[string]any
 	}
 	type modelMeta struct {
-		Name     string
-		Versions []string
-		Platform string
-		Inputs   []tensorMeta
-		Outputs  []tensorMeta
+		Name       string
+		Versions   []string
+		Platform   string
+		Inputs     []tensorMeta
+		Outputs    []tensorMeta
+		Properties map[string]string // optional: KServe's open_inference_rest.yaml, gRPC's properties
 	}
 	meta := func(path string) modelMeta {
 		a := g.do("GET", path, "", nil)

@@ -22,8 +22,8 @@ type Model struct {
 	MaxBatch   int // the samples one request may carry
 	Parameters map[string]string
 	// Properties are the model's properties the metadata tells (the model's task, the
-	// outputs a request may ask for instead of its raw ones): the metadata's parameters over
-	// HTTP, its properties over gRPC.
+	// outputs a request may ask for instead of its raw ones): the metadata's properties, over
+	// HTTP as over gRPC (the protocol's $metadata_model_response and ModelMetadataResponse).
 	Properties map[string]string
 	// Triton, when not nil, is the model's configuration in Triton's schema (a model of a
 	// Triton repository): the configuration answers it, under the name asked for.
@@ -125,7 +125,7 @@ func JSONMetadata(m Model) map[string]any {
 		"outputs":  outs,
 	}
 	if len(m.Properties) > 0 {
-		md["parameters"] = m.Properties
+		md["properties"] = m.Properties
 	}
 	return md
 }
