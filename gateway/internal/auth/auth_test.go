@@ -100,9 +100,9 @@ func TestKeyFileErrors(t *testing.T) {
 		t.Errorf("an error quotes a key:\n%v", err)
 	}
 	for text, want := range map[string]string{
-		"":                           "is empty",
-		"keys: []\n":                 "at least one key",
-		"keyz: []\n":                 "field keyz not found",
+		"":           "is empty",
+		"keys: []\n": "at least one key",
+		"keyz: []\n": "field keyz not found",
 		"keys:\n  - {name: x, key: " + secret + ", ratee: 1}\n": "field ratee not found",
 	} {
 		if _, err := Open(writeKeys(t, text), nil); err == nil || !strings.Contains(err.Error(), want) {

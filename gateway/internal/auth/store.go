@@ -32,9 +32,9 @@ type Store struct {
 	set  *metrics.Set // per-key series; nil: none
 	cur  atomic.Pointer[table]
 
-	mu      sync.Mutex            // Reload
-	states  map[string]*keyState  // by name, across reloads (under mu)
-	refused [sha256.Size]byte     // the contents last refused, not reported again
+	mu      sync.Mutex           // Reload
+	states  map[string]*keyState // by name, across reloads (under mu)
+	refused [sha256.Size]byte    // the contents last refused, not reported again
 }
 
 // table is one reading of the key file.
