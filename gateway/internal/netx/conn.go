@@ -24,8 +24,8 @@ type Conn struct {
 	// tls, on a TLS listener, carries the connection's reads and writes (the handshake is
 	// made on the first read, under the read deadline the server set); sock is its view of
 	// the socket, which checks that the client opens with a TLS handshake.
-	tls  *tls.Conn
-	sock *tlsSocket
+	tls      *tls.Conn
+	sock     *tlsSocket
 	lineDone bool    // the current request's first line has ended (serving goroutine only)
 	linger   bool    // close by lingerClose: the request's body was left unread (serving goroutine only)
 	opening  opening // the connection's first request line, checked as it arrives (serving goroutine only)
