@@ -59,7 +59,7 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	}
 	srv := s.admin
 	s.adminMu.Unlock()
-	return srv.Serve(ln)
+	return srv.Serve(s.adminListener(ln)) // in TLS when configured
 }
 
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {

@@ -13,7 +13,7 @@ import (
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.dog.Run()
-	l := s.conns.Listen(ln)
+	l := s.listen(ln) // tracked, in TLS when configured
 	s.lnMu.Lock()
 	s.lns = append(s.lns, l)
 	s.lnMu.Unlock()
@@ -48,6 +48,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.gone.Close()
 	s.dog.Close()
+	s.stopCredentials()
 	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
 	return errors.Join(errs...)
 }

@@ -37,6 +37,9 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	if !fc.IsPost() {
 		return s.answerNow(fc)
 	}
+	if st, refused := s.expectAuthorize(fc, path); refused { // the key (security.go)
+		return st
+	}
 	var name, version string
 	var fe frontEnd
 	predictDefault := path == "/predict/" || path == "/predict"
@@ -74,6 +77,7 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	r.t = &r.http
 	r.takeRequestID(fc.Request.Header.Peek(headerRequestID))
 	r.takeTraceContext(fc.Request.Header.Peek("traceparent"), fc.Request.Header.Peek("tracestate"))
+	r.meta.key = keyName(fc)
 	r.meta.stage = stageAdmit
 	err = s.admit(r)
 	if err == nil {
@@ -84,6 +88,7 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	r.meta.stages.total = time.Since(r.start)
 	r.t.annotate(r)
 	m.met.req.Observe(status, reason, r.meta.stages.total)
+	countKey(fc, status)
 	s.endSpan(r, status, reason)
 	s.logRequest(r, status, reason)
 	return status

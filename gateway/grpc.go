@@ -51,6 +51,14 @@ type grpcResult struct {
 // x-request-id (unary calls only: a stream's requests are told apart by their ids),
 // traceparent and tracestate.
 func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool) (*inference.ModelInferResponse, error) {
+	if k := grpcKey(ctx); k != nil { // the call's key (security.go): its model, its limits, its count
+		return s.grpcKeyInfer(ctx, k, req, md, stream)
+	}
+	return s.grpcInferAs(ctx, req, md, stream, "")
+}
+
+// grpcInferAs runs grpcInfer's request, with key the name of its API key ("": none).
+func (s *Server) grpcInferAs(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, key string) (*inference.ModelInferResponse, error) {
 	name, tensorOnly := strings.CutSuffix(req.GetModelName(), tensorSuffix)
 	m, err := s.lookup(name, req.GetModelVersion())
 	if err != nil {
@@ -66,6 +74,7 @@ func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest
 	var res grpcResult
 	r.grpc = grpcTransport{ctx: ctx, req: req, res: &res, stream: stream}
 	r.t = &r.grpc
+	r.meta.key = key
 	if md != nil {
 		if !stream {
 			r.takeRequestID(mdValue(md, "x-request-id"))

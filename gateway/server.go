@@ -66,6 +66,8 @@ type Server struct {
 	abort    context.Context // every request's context derives from it
 	abortFn  context.CancelCauseFunc
 
+	sec security // TLS sources, API keys (security.go)
+
 	ids    *requestIDs   // request IDs of requests that bring none
 	tracer trace.Tracer  // nil: no tracing
 	access *accessLog    // nil: no access log
@@ -131,6 +133,11 @@ func New(opts Options, repo Repository) (*Server, error) {
 	})
 	s.models.Store(&modelTable{byName: map[string][]*model{}})
 	s.registerServerMetrics()
+	if err := s.initSecurity(); err != nil {
+		s.threads.Close()
+		s.gone.Close()
+		return nil, err
+	}
 	overflow := netx.OverflowConns(opts.MaxConnections)
 	s.srv = &fasthttp.Server{
 		Handler:       s.handle,
