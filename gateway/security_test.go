@@ -108,16 +108,16 @@ func TestKeysOverHTTP(t *testing.T) {
 	}
 	bodies.Write(limited.body)
 	for series, want := range map[string]float64{
-		`gateway_key_requests_total{key="a",code="200"}`:   2,
-		`gateway_key_requests_total{key="a",code="403"}`:   5,
-		`gateway_key_requests_total{key="a",code="429"}`:   1,
-		`gateway_key_requests_total{key="b",code="200"}`:   1,
-		`gateway_key_requests_total{key="b",code="400"}`:   1,
-		`gateway_auth_refusals_total{reason="missing"}`:    14,
-		`gateway_auth_refusals_total{reason="invalid"}`:    15,
-		`gateway_auth_refusals_total{reason="forbidden"}`:  5,
-		`gateway_auth_refusals_total{reason="rate"}`:       1,
-		`gateway_api_keys`:                                 2,
+		`gateway_key_requests_total{key="a",code="200"}`:  2,
+		`gateway_key_requests_total{key="a",code="403"}`:  5,
+		`gateway_key_requests_total{key="a",code="429"}`:  1,
+		`gateway_key_requests_total{key="b",code="200"}`:  1,
+		`gateway_key_requests_total{key="b",code="400"}`:  1,
+		`gateway_auth_refusals_total{reason="missing"}`:   14,
+		`gateway_auth_refusals_total{reason="invalid"}`:   15,
+		`gateway_auth_refusals_total{reason="forbidden"}`: 5,
+		`gateway_auth_refusals_total{reason="rate"}`:      1,
+		`gateway_api_keys`: 2,
 	} {
 		if got := ts.metric(series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
@@ -315,7 +315,10 @@ func TestTLSListeners(t *testing.T) {
 
 	var served atomic.Value
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(),
-		VerifyConnection: func(cs tls.ConnectionState) error { served.Store(cs.PeerCertificates[0].Subject.CommonName); return nil }}}}
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			served.Store(cs.PeerCertificates[0].Subject.CommonName)
+			return nil
+		}}}}
 	post := func() (int, string) {
 		t.Helper()
 		resp, err := client.Post("https://"+hl.Addr().String()+"/predict/", "image/png", bytes.NewReader(img))

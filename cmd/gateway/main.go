@@ -15,9 +15,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -77,6 +79,9 @@ func run(o *options, src source, log *slog.Logger) error {
 		return err
 	}
 	o.apply(cfg)
+	if err := cfg.Validate(); err != nil { // what the flags set (-tls-cert, -api-keys...)
+		return fmt.Errorf("the command line's settings: %w", err)
+	}
 	if o.printConfig {
 		return printConfig(os.Stdout, cfg, src.name)
 	}
@@ -143,7 +148,8 @@ func run(o *options, src source, log *slog.Logger) error {
 			log.Warn("admin API not served: cannot listen (set server.admin_listen or -admin-listen)", "addr", a, "err", err)
 		} else {
 			go srv.ServeAdmin(aln)
-			log.Info("admin", "addr", aln.Addr().String(), "token", token != "")
+			_, tls := cfg.Server.TLS.For("admin")
+			log.Info("admin", "addr", aln.Addr().String(), "token", token != "", "tls", tls)
 		}
 	}
 	if a := cfg.Server.GRPCListen; a != "off" {
@@ -162,11 +168,13 @@ func run(o *options, src source, log *slog.Logger) error {
 					log.Error("gRPC server stopped", "err", err)
 				}
 			}()
-			log.Info("grpc", "addr", gln.Addr().String())
+			_, tls := cfg.Server.TLS.For("grpc")
+			log.Info("grpc", "addr", gln.Addr().String(), "tls", tls)
 		}
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "models", len(cfg.Models), "onnxruntime", ort.Version(),
-		"startup", time.Since(start).Round(time.Millisecond))
+	_, tls := cfg.Server.TLS.For("http")
+	log.Info("serving", "addr", ln.Addr().String(), "tls", tls, "api_keys", cfg.Server.APIKeys.File != "", "models", len(cfg.Models),
+		"onnxruntime", ort.Version(), "startup", time.Since(start).Round(time.Millisecond))
 
 	stopPoll := make(chan struct{})
 	var polling sync.WaitGroup
@@ -348,7 +356,25 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 	if traces != nil {
 		o.TracerProvider = traces
 	}
+	securityOptions(c, &o)
 	return o
+}
+
+// securityOptions translates server.tls, server.api_keys and server.credentials_poll.
+func securityOptions(c configs.Server, o *gateway.Options) {
+	for _, l := range []struct {
+		name string
+		dst  **gateway.TLSOptions
+	}{{"http", &o.TLS.HTTP}, {"grpc", &o.TLS.GRPC}, {"admin", &o.TLS.Admin}} {
+		if t, on := c.TLS.For(l.name); on {
+			*l.dst = &gateway.TLSOptions{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile,
+				ClientAuth: t.ClientAuth, MinVersion: t.MinVersion}
+		}
+	}
+	if c.APIKeys.File != "" {
+		o.Keys = gateway.KeyOptions{File: c.APIKeys.File, Open: c.APIKeys.Open}
+	}
+	o.CredentialsPoll = c.CredentialsPoll.D()
 }
 
 // tracerProvider is the OpenTelemetry tracer provider the OTEL_* environment variables ask
@@ -482,12 +508,23 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 	return runners, closeAll, nil
 }
 
+// healthcheck GETs url and reports whether it answered 200. It probes the gateway of its own
+// container: over https:// the certificate is not verified (what is checked is readiness, not
+// the server's name), and an http:// URL that reaches a TLS port (the gateway answers so) is
+// tried again over https://, so that the image's HEALTHCHECK works with TLS on too.
 func healthcheck(url string) int {
-	client := http.Client{Timeout: 2 * time.Second}
+	client := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	resp, err := client.Get(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		return 1
+	}
+	if rest, ok := strings.CutPrefix(url, "http://"); ok && resp.StatusCode == http.StatusBadRequest {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if strings.Contains(string(b), "speaks HTTPS") {
+			resp.Body.Close()
+			return healthcheck("https://" + rest)
+		}
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
