@@ -79,9 +79,6 @@ func run(o *options, src source, log *slog.Logger) error {
 		return err
 	}
 	o.apply(cfg)
-	if err := cfg.Validate(); err != nil { // what the flags set (-tls-cert, -api-keys...)
-		return fmt.Errorf("the command line's settings: %w", err)
-	}
 	if o.printConfig {
 		return printConfig(os.Stdout, cfg, src.name)
 	}
@@ -365,8 +362,9 @@ func securityOptions(c configs.Server, o *gateway.Options) {
 	for _, l := range []struct {
 		name string
 		dst  **gateway.TLSOptions
-	}{{"http", &o.TLS.HTTP}, {"grpc", &o.TLS.GRPC}, {"admin", &o.TLS.Admin}} {
-		if t, on := c.TLS.For(l.name); on {
+		off  bool // the listener is not opened
+	}{{"http", &o.TLS.HTTP, false}, {"grpc", &o.TLS.GRPC, c.GRPCListen == "off"}, {"admin", &o.TLS.Admin, c.AdminListen == "off"}} {
+		if t, on := c.TLS.For(l.name); on && !l.off {
 			*l.dst = &gateway.TLSOptions{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile,
 				ClientAuth: t.ClientAuth, MinVersion: t.MinVersion}
 		}
