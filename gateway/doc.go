@@ -12,14 +12,16 @@
 // early refusal, the drain), predict.go and v2.go (the front ends), expect.go (Expect:
 // 100-continue), admin.go (the admin API), observe.go (request IDs, stage times,
 // Server-Timing), trace.go (OpenTelemetry spans), access.go (the access log), watchdog.go
-// (liveness), stats.go (Triton's statistics extension). Below it: internal/admit (memory
+// (liveness), stats.go (Triton's statistics extension), security.go (TLS on the listeners,
+// API keys and their limits, checked at the entries before the body). Below it: internal/admit (memory
 // budget, decode gate), internal/sched (decode and model threads), internal/netx
 // (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
 // counters), internal/grpcio (the gRPC server's codec and buffer pool), internal/grpcapi
 // (the gRPC API's protocol side: options, codes, health, streams, statistics),
 // internal/modeldesc (a model's metadata and configuration, JSON and protobuf),
 // internal/watchdog (the liveness watchdog's run tracking and hang checks), internal/metricset
-// (the metric families' help texts, buckets and request series). docs/architecture.md draws
+// (the metric families' help texts, buckets and request series), internal/tlsx (a listener's
+// TLS from files, reloaded), internal/auth (the key file, keys' limits). docs/architecture.md draws
 // the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one

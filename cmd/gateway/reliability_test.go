@@ -1080,7 +1080,7 @@ func TestReliabilityTwoTenants(t *testing.T) {
 	run := func(key string, rate float64) *loadtest.Result {
 		res, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: []loadtest.Body{{Data: article}},
 			Headers: []loadtest.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "X-API-Key", Value: key}},
-			Rate: rate, Arrival: loadtest.ArrivalPoisson, Seed: 7, Concurrency: 64, Duration: dur, WarmupDuration: time.Second, KeepAlive: true})
+			Rate:    rate, Arrival: loadtest.ArrivalPoisson, Seed: 7, Concurrency: 64, Duration: dur, WarmupDuration: time.Second, KeepAlive: true})
 		if err != nil {
 			t.Fatal(err)
 		}
