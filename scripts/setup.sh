@@ -3,7 +3,8 @@
 #   scripts/setup.sh          build and run dependencies
 #   scripts/setup.sh test     also what the test suite needs (headless Chromium for the
 #                             load generator's HTML report test, HAProxy for the fleet test,
-#                             Prometheus's promtool and server for the metrics tests)
+#                             Prometheus's promtool and server for the metrics tests, Python's
+#                             grpcio for the gRPC-over-TLS client test)
 # It is idempotent: packages already installed are not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev libspng-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
 if [ "${1:-}" = test ]; then
-  pkgs+=(chromium haproxy prometheus)
+  pkgs+=(chromium haproxy prometheus python3-grpcio) # python3-grpcio: the TLS test's Python gRPC client
 fi
 
 missing=()
