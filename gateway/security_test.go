@@ -395,6 +395,34 @@ func TestTLSListeners(t *testing.T) {
 	}
 }
 
+// TestAdminOverTLS: the admin listener serves its API over TLS of its own, and tells a
+// plain-text client at once.
+func TestAdminOverTLS(t *testing.T) {
+	ca := testcert.NewCA(t, "gw")
+	o := testOptions()
+	o.TLS.Admin = tlsFiles(t, ca, "admin")
+	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.s.ServeAdmin(ln)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.ClientConfig()}}
+	resp, err := client.Get("https://" + ln.Addr().String() + "/v2/health/ready")
+	if err != nil || resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "admin" {
+		t.Fatalf("admin over TLS: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	plainResp, err := http.Get("http://" + ln.Addr().String() + "/v2/health/ready")
+	if err != nil || plainResp.StatusCode != 400 {
+		t.Fatalf("plain text to the admin TLS port: %v %v", plainResp, err)
+	}
+	plainResp.Body.Close()
+	if r := ts.do("GET", "/v2/health/ready", "", nil); r.status != 200 {
+		t.Fatalf("the public listener stays plain: %d", r.status)
+	}
+}
+
 // TestKeysOverGRPC: the key in metadata (authorization: Bearer, or x-api-key); without one
 // or with a wrong one UNAUTHENTICATED before the message is read, on every method but health;
 // a model the key may not use PERMISSION_DENIED; over its rate RESOURCE_EXHAUSTED with a

@@ -145,8 +145,7 @@ func run(o *options, src source, log *slog.Logger) error {
 			log.Warn("admin API not served: cannot listen (set server.admin_listen or -admin-listen)", "addr", a, "err", err)
 		} else {
 			go srv.ServeAdmin(aln)
-			_, tls := cfg.Server.TLS.For("admin")
-			log.Info("admin", "addr", aln.Addr().String(), "token", token != "", "tls", tls)
+			log.Info("admin", "addr", aln.Addr().String(), "token", token != "", "tls", tlsOn(cfg.Server, "admin"))
 		}
 	}
 	if a := cfg.Server.GRPCListen; a != "off" {
@@ -165,12 +164,10 @@ func run(o *options, src source, log *slog.Logger) error {
 					log.Error("gRPC server stopped", "err", err)
 				}
 			}()
-			_, tls := cfg.Server.TLS.For("grpc")
-			log.Info("grpc", "addr", gln.Addr().String(), "tls", tls)
+			log.Info("grpc", "addr", gln.Addr().String(), "tls", tlsOn(cfg.Server, "grpc"))
 		}
 	}
-	_, tls := cfg.Server.TLS.For("http")
-	log.Info("serving", "addr", ln.Addr().String(), "tls", tls, "api_keys", cfg.Server.APIKeys.File != "", "models", len(cfg.Models),
+	log.Info("serving", "addr", ln.Addr().String(), "tls", tlsOn(cfg.Server, "http"), "api_keys", cfg.Server.APIKeys.File != "", "models", len(cfg.Models),
 		"onnxruntime", ort.Version(), "startup", time.Since(start).Round(time.Millisecond))
 
 	stopPoll := make(chan struct{})
@@ -355,6 +352,12 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 	}
 	securityOptions(c, &o)
 	return o
+}
+
+// tlsOn reports whether a listener (http, grpc, admin) serves TLS.
+func tlsOn(c configs.Server, listener string) bool {
+	_, on := c.TLS.For(listener)
+	return on
 }
 
 // securityOptions translates server.tls, server.api_keys and server.credentials_poll.

@@ -351,6 +351,12 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 		}
 	}
 	waitFor("first certificate", func() bool { return seen("gateway-1") })
+	// The container's HEALTHCHECK (-healthcheck http://...) works with TLS on: it tries https.
+	for _, u := range []string{s.url, s.https} {
+		if out, err := exec.Command(gatewayBin(t), "-healthcheck", u+"/v2/health/ready").CombinedOutput(); err != nil {
+			t.Errorf("-healthcheck %s: %v %s", u, err, out)
+		}
+	}
 	s.ca.Server(t, "gateway-2").Install(t, s.cert, s.key)
 	waitFor("the second certificate served", func() bool { return seen("gateway-2") })
 	third := s.ca.Server(t, "gateway-3")
