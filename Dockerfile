@@ -5,7 +5,8 @@
 # uncompressed, no shell, no package manager, no CA certificates. `make rootfs` assembles the same set here and
 # deploy/rootfs_test.go serves the default model from it (no Docker engine runs on our machines).
 #
-#   make image                      # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
+#   make image-multiarch            # = docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(git describe) ...
+#   make image                      # this platform's image without an engine (deploy/cmd/ociimage): docker load -i bin/imagegate-VERSION.tar
 #   docker run --rm -p 8080:8080 -p 8001:8001 imagegate:VERSION
 #   docker run --rm -p 8080:8080 -v $PWD/models:/models imagegate:VERSION -model /models/x.onnx
 #   docker run --rm -p 8080:8080 -v $PWD/my.yaml:/etc/imagegate.yaml imagegate:VERSION -config /etc/imagegate.yaml

@@ -10,10 +10,10 @@ export ONNXRUNTIME_LIB ?= $(ORT_LIB)
 # same bits). GOEXPERIMENT= make ... builds without it.
 export GOEXPERIMENT ?= simd
 
-.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image deploy-test deploy-schemas fleet fleet-short proto proto-check
+.PHONY: setup setup-test build run model test fuzz bench check vet clean reliability rootfs image image-multiarch deploy-test deploy-schemas fleet fleet-short proto proto-check openapi-test console-test
 
 setup:
-	scripts/setup.sh
+	scripts/setup.sh $(if $(MODEL_SOURCE),--from $(MODEL_SOURCE))
 
 setup-test:
 	scripts/setup.sh test
@@ -24,11 +24,18 @@ build:
 	$(GO) build -trimpath -ldflags "-X github.com/imagegate/imagegate/gateway.Version=$(VERSION)" -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -o bin/loadtest ./cmd/loadtest
 
-# make run: the committed default model (configs/gateway.yaml, or CONFIG=...).
+# make run: the pretrained ImageNet classifier scripts/setup.sh fetches (models/$(PRETRAINED)),
+# with no YAML; where it could not be fetched (offline), the committed default model
+# (configs/gateway.yaml, whose random weights the gateway warns of at start-up).
+# make run CONFIG=FILE: that configuration.
 # make run MODEL=NAME: models/NAME/model.onnx with no YAML; a model scripts/get-model.sh knows
 # is fetched first when it is not there (make model NAME=... fetches one without serving it).
+# RUN_ARGS is expanded when the recipe runs, after setup has fetched what it could.
+PRETRAINED := mobilenetv2-12-int8
 ifdef MODEL
 RUN_ARGS = -model models/$(MODEL)/model.onnx -name $(MODEL)
+else ifeq ($(origin CONFIG),file)
+RUN_ARGS = $(if $(wildcard models/$(PRETRAINED)/model.onnx),-model models/$(PRETRAINED)/model.onnx -name $(PRETRAINED),-config $(CONFIG))
 else
 RUN_ARGS = -config $(CONFIG)
 endif
@@ -54,9 +61,10 @@ vet:
 # data), every benchmark once so they keep compiling, and a short run of each fuzz target.
 test: setup-test build vet
 	GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -race -shuffle=on -count=1 -timeout 20m -skip '^TestReliability' ./...
-	# preprocess again without the race detector, every case: under it, the long
-	# single-goroutine comparisons run one case in eight (preprocess/racesubset_test.go)
-	$(GO) test -shuffle=on -count=1 -timeout 10m ./preprocess/
+	# preprocess and postprocess again without the race detector, every case: under it, the long
+	# single-goroutine comparisons run one case in eight (preprocess/racesubset_test.go), the
+	# end-to-end detection and embedding checks a third of the photos (postprocess/e2e_test.go)
+	$(GO) test -shuffle=on -count=1 -timeout 10m ./preprocess/ ./postprocess/
 	# the reliability scenarios' short form on their own: their clients keep time (an open loop,
 	# probes with deadlines), and beside other packages' race-instrumented tests on 2 CPUs a
 	# race-instrumented client fell seconds behind its schedule
@@ -67,6 +75,8 @@ test: setup-test build vet
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 10m ./...
 	$(MAKE) fuzz FUZZTIME=10s
 	$(MAKE) deploy-test
+	$(MAKE) openapi-test
+	$(MAKE) console-test
 	$(MAKE) fleet-short
 
 FUZZTIME ?= 30s
@@ -77,7 +87,7 @@ FUZZTIME ?= 30s
 # so, with no failing input written, is run once more; a real failure (a crash, a failed check)
 # writes its input under testdata/fuzz and fails at once.
 fuzz:
-	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess; do \
+	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess ./postprocess; do \
 	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; \
 	    run() { $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=100x $$pkg 2>&1 | tee $(CURDIR)/bin/fuzz.log; return $${PIPESTATUS[0]}; }; \
@@ -106,12 +116,21 @@ reliability: setup-test build
 rootfs:
 	VERSION=$(VERSION) scripts/rootfs.sh bin/rootfs
 
-# The multi-arch image. Needs a Docker engine with buildx (none runs on our machines: there,
-# make rootfs and deploy/rootfs_test.go prove the runtime stage).
+# The image, for this machine's platform, with no container engine: the Dockerfile's runtime
+# stage (FROM scratch + the rootfs) written by deploy/cmd/ociimage as an archive that
+# `docker load -i`, `podman load -i` and `ctr image import` read (an OCI image layout with
+# Docker's manifest.json), then run as `docker run --rm -p 8080:8080 $(IMAGE):$(VERSION)`.
+# deploy/rootfs_test.go loads it with podman, unpacks it and runs it with its own configuration.
 IMAGE ?= ghcr.io/imagegate/imagegate
+image: rootfs
+	cd deploy && $(GO) run ./cmd/ociimage -rootfs $(CURDIR)/bin/rootfs -dockerfile $(CURDIR)/Dockerfile \
+	  -version $(VERSION) -ref $(IMAGE):$(VERSION) -o $(CURDIR)/bin/imagegate-$(VERSION).tar
+
+# The multi-arch image with a Docker engine and buildx, as the release workflow builds and
+# pushes it (.github/workflows/release.yml): IMAGE_PUSH=1 pushes.
 PLATFORMS ?= linux/amd64,linux/arm64
-image:
-	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+image-multiarch:
+	docker buildx build --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) $(if $(IMAGE_PUSH),--push) .
 
 # The deployment files' checks (deploy/, a Go module of its own): every manifest and kustomize
 # rendering decoded strictly into the official types and validated with kubeconform against
@@ -119,6 +138,24 @@ image:
 # and the monitoring rules and dashboard (promtool, and against bin/gateway and a real Prometheus).
 deploy-test: build rootfs
 	cd deploy && $(GO) vet ./... && ROOTFS=$(CURDIR)/bin/rootfs GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 10m ./...
+
+# The OpenAPI document's checks (openapitest/, a Go module of its own, so that the validator,
+# github.com/pb33f/libopenapi-validator, stays out of the server's go.mod): docs/openapi.yaml is
+# a valid OpenAPI 3.1 document, and a running bin/gateway's answers to a request of every
+# operation it describes match it.
+openapi-test: build
+	cd openapitest && $(GO) vet ./... && GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 5m ./...
+
+# The console in the browser (docs/console.md), driven in Debian's headless Chromium against
+# bin/gateway: a photo classified, the live view following requests, both color schemes, 200 %
+# zoom, the keyboard, canned detection and embedding answers, no request to another host. Its
+# test is a Go module of its own (gateway/internal/console/browsertest), so that the browser
+# driver stays out of the server's go.mod. SCREENSHOT=docs/console.png rewrites the picture
+# docs/console.md shows.
+SCREENSHOT ?= bin/console.png
+console-test: build
+	cd gateway/internal/console/browsertest && $(GO) vet ./... && \
+	  GATEWAY_BIN=$(CURDIR)/bin/gateway $(GO) test -count=1 -timeout 5m ./... -screenshot=$(abspath $(SCREENSHOT))
 
 # The fleet on one machine (deploy/cmd/fleet): 3 gateways behind HAProxy, an open loop at 70 %
 # of the fleet's capacity, two rolling restarts under it (zero failed requests required), and

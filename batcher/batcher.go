@@ -23,9 +23,6 @@ var (
 	// ErrWouldMissDeadline is returned at once when the service model
 	// predicts that the item cannot be answered before its deadline.
 	ErrWouldMissDeadline = errors.New("batcher: would miss deadline")
-	// ErrQueueTime is returned at once when the service model predicts that
-	// the item would wait longer than Config.QueueTarget before its run.
-	ErrQueueTime = errors.New("batcher: would wait longer than the queue target")
 )
 
 // RunError wraps an error returned by the run function. Every caller of the
@@ -125,15 +122,6 @@ type Config struct {
 	// DefaultTimeout, when > 0, is each item's deadline counted from Submit
 	// if the context has no earlier deadline.
 	DefaultTimeout time.Duration
-	// QueueTarget, when > 0, bounds the queue by time: once three runs have
-	// succeeded, an item whose predicted wait before its own run (the runs
-	// of the items queued ahead of it, as DisableShedding describes) exceeds
-	// it is refused at once with ErrQueueTime. A deadline still applies
-	// (only shortens it). Not affected by DisableShedding.
-	QueueTarget time.Duration
-	// QueueFloor is the number of queued items below which QueueTarget does
-	// not refuse (a closed loop of that many clients is always queued).
-	QueueFloor int
 	// DisableShedding turns off admission shedding. By default, once three
 	// runs have succeeded, an item with a deadline (from its context or
 	// DefaultTimeout) is refused at once with ErrWouldMissDeadline when its
@@ -174,10 +162,9 @@ const (
 	DropShed                        // refused at Submit: would miss its deadline
 	DropQueueFull                   // refused at Submit: queue full
 	DropClosed                      // queued item abandoned when Close's context ended
-	DropQueueTime                   // refused at Submit: would wait longer than QueueTarget
 )
 
-var dropNames = [...]string{"canceled", "expired", "shed", "queue_full", "closed", "queue_time"}
+var dropNames = [...]string{"canceled", "expired", "shed", "queue_full", "closed"}
 
 // String returns a short static name usable as a metric label.
 func (r DropReason) String() string {
@@ -212,7 +199,6 @@ type Stats struct {
 	Shed      uint64 // DropShed
 	QueueFull uint64 // DropQueueFull
 	Aborted   uint64 // DropClosed
-	QueueTime uint64 // DropQueueTime
 	// ServiceBase and ServicePerItem are the fitted a and b of S(n) = a + b·n.
 	ServiceBase, ServicePerItem time.Duration
 	// ArrivalGap is the mean gap between arrivals (adaptive mode only).
@@ -285,9 +271,6 @@ func New[In, Out any](cfg Config, run RunFunc[In, Out], hooks Hooks) (*Batcher[I
 	}
 	if cfg.DefaultTimeout < 0 {
 		return nil, fmt.Errorf("batcher: invalid config: DefaultTimeout is %v, must be >= 0", cfg.DefaultTimeout)
-	}
-	if cfg.QueueTarget < 0 {
-		return nil, fmt.Errorf("batcher: invalid config: QueueTarget is %v, must be >= 0", cfg.QueueTarget)
 	}
 	if cfg.Instances < 0 {
 		return nil, fmt.Errorf("batcher: invalid config: Instances is %d, must be >= 0", cfg.Instances)
@@ -399,12 +382,6 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, in In, opts SubmitOptions
 		b.mu.Unlock()
 		b.dropped(DropQueueFull)
 		return zero, ErrQueueFull
-	}
-	if b.waitsTooLong(lv) {
-		b.st.QueueTime++
-		b.mu.Unlock()
-		b.dropped(DropQueueTime)
-		return zero, ErrQueueTime
 	}
 	if hasDeadline && b.wouldMiss(now, deadline, lv) {
 		b.st.Shed++
@@ -536,16 +513,6 @@ func (b *Batcher[In, Out]) wouldMiss(now, deadline time.Time, lv int) bool {
 	return ok && now.Add(pred).After(deadline)
 }
 
-// waitsTooLong reports whether an item of level lv arriving now is
-// predicted to wait longer than QueueTarget before its run. b.mu must be held.
-func (b *Batcher[In, Out]) waitsTooLong(lv int) bool {
-	if b.cfg.QueueTarget <= 0 || b.n < b.cfg.QueueFloor {
-		return false
-	}
-	wait, ok := b.predictWait(lv)
-	return ok && wait > b.cfg.QueueTarget
-}
-
 // predictWait is predict less the item's own run. b.mu must be held.
 func (b *Batcher[In, Out]) predictWait(lv int) (time.Duration, bool) {
 	pred, ok := b.predict(lv)
@@ -591,7 +558,7 @@ func (b *Batcher[In, Out]) Predict(priority int) (d time.Duration, ok bool) {
 }
 
 // PredictWait is Predict without the item's own run: the predicted wait
-// before it runs (what Config.QueueTarget bounds).
+// before it runs (what a caller's bound on queueing time compares).
 func (b *Batcher[In, Out]) PredictWait(priority int) (d time.Duration, ok bool) {
 	lv := min(max(priority, 0), len(b.levels)-1)
 	b.mu.Lock()

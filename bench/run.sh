@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench: the side-by-side benchmark report, docs/benchmarks.md.
+# make bench: the side-by-side benchmark report, docs/benchmarks.md, and the README's performance
+# table taken from it (bench/readme.sh).
 #
 # On this machine, one after another, on the article's payload ../shared/seed/rime_5868.json:
 #   1. the article's naive PyTorch + FastAPI service (bench/torch_service)
@@ -17,6 +18,14 @@
 # window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
 # size from /metrics).
 #
+# The limit: on the same machine, in the same run, the CPU time per image of the decode alone
+# (libjpeg-turbo on the article's photo at the DCT scale and window the gateway decodes:
+# preprocess's BenchmarkJPEGDecodeAlone) and of the model's run alone at the batch size the
+# shipped configuration chose (bench/ceiling's BenchmarkModelAlone), and the images/s they allow
+# on the machine's cores if nothing else ran; each server's and the in-process ceiling's ratio
+# to it; and a perf profile of the shipped configuration's gateway under load, summed by part of
+# its work (bench/perfsummary).
+#
 # First, start-up as Kubernetes sees it: process start to the first 200 of the readiness URL
 # (bin/readytime), STARTS rounds of every server started once in turn: the gateway with an
 # empty model cache (a new node), with the entry the start before wrote, and with the cache
@@ -26,6 +35,7 @@
 # duration, 8s), RATES (open-loop rates, "100,250"), STARTS (start-up rounds, 10), OUT
 # (docs/benchmarks.md), PEERS=0 to skip the peers (torch, node), ONLY=interleaved for the
 # interleaved Node.js rounds alone, ONLY=startup for the start-up rounds alone (printed),
+# ONLY=limit for the limit and the profile alone (printed; PERF=0 leaves the profile out),
 # GRPC=0 to leave out the gRPC row (the Open Inference Protocol over gRPC, on the same server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +53,7 @@ PAYLOAD=$ROOT/../shared/seed/rime_5868.json
 WORK=$ROOT/bench/out/run
 PORT=18190
 GRPC=${GRPC:-1}
+PERF=${PERF:-1}
 GRPC_PORT=18191
 GRPC_FLAGS=() # the shipped config's gateway listens for gRPC too when GRPC=1
 [ "$GRPC" = 1 ] && GRPC_FLAGS=(-grpc-listen "127.0.0.1:$GRPC_PORT")
@@ -230,7 +241,7 @@ startup_row() {
 
 startup_label() {
   case $1 in
-    gateway_cold) echo "imagegate, shipped config, empty model cache (a new node, or cache_dir on a fresh emptyDir)" ;;
+    gateway_cold) echo "imagegate, shipped config, empty model cache (a new node, or cache_dir on a fresh emptyDir: the model is optimized and its batch sizes measured)" ;;
     gateway_warm) echo "imagegate, shipped config, the entry the start before wrote" ;;
     gateway_nocache) echo "imagegate, shipped config, \`cache_dir: off\` (every start optimizes the model)" ;;
     torch) echo "PyTorch + FastAPI, $(nproc) uvicorn workers (GET / answers)" ;;
@@ -309,6 +320,100 @@ interleaved() {
   kill -KILL -- "-$NPID" 2>/dev/null || true
 }
 
+# chosen_batch: the max_batch_size the running gateway's default model has (auto chose it)
+chosen_batch() {
+  curl -fsS "http://127.0.0.1:$PORT/metrics" | awk -v m="$MODEL" '$1 ~ /^gateway_max_batch_size\{/ && index($1, "model=\"" m "\"") {print $2; exit}'
+}
+
+# profile NAME: a perf profile of the running server (its session's processes) over one
+# `loadtest -n N -c 50` run, summed by part of its work into $WORK/NAME.perf.md (a Markdown
+# table, bench/perfsummary), with the server's CPU time per request; nothing when perf cannot
+# record here (it is Debian's linux-perf; apt-get install linux-perf).
+profile() {
+  local name=$1 pids t0 t1 ppid cpu
+  : >"$WORK/$name.perf.md"
+  [ "$PERF" = 1 ] || return 0
+  command -v perf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1 || true
+  command -v perf >/dev/null || { log "perf is not installed: no profile"; return 0; }
+  pids=$(ps -o pid= -s "$SPID" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+  log "$name: perf profile over one loadtest run"
+  perf record -q -e cpu-clock -F 999 -p "$pids" -o "$WORK/$name.perf.data" >"$WORK/$name.perf.log" 2>&1 &
+  ppid=$!
+  sleep 0.5
+  t0=$(server_cpu_ticks)
+  bin/loadtest -q -n "$N" -c 50 -body "$PAYLOAD" "$(URL)" >"$WORK/$name.perf.lt" 2>&1 || true
+  t1=$(server_cpu_ticks)
+  kill -INT "$ppid" 2>/dev/null || true
+  wait "$ppid" 2>/dev/null || true
+  cpu=$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN {printf "%.3f", d * 1000 / hz / n}')
+  echo "$cpu" >"$WORK/$name.perf.cpu"
+  if ! perf report -i "$WORK/$name.perf.data" --stdio --no-children --sort dso,sym -F overhead,dso,sym --field-separator '|' --percent-limit 0 2>/dev/null |
+      go run ./bench/perfsummary -cpu-per-image "$cpu" >"$WORK/$name.perf.md" 2>>"$WORK/$name.perf.log"; then
+    log "perf report failed (see $WORK/$name.perf.log): no profile"
+    : >"$WORK/$name.perf.md"
+  fi
+}
+
+# limit BATCH: the decode alone and the model alone at BATCH, RUNS times each, alternating; the
+# fastest run's CPU µs per image of each (other processes on the machine only add to a run's
+# CPU time: they take its caches and memory bandwidth) and the images/s they allow on this
+# machine's cores, "decode_us model_us batch images_per_s" in $WORK/limit
+limit() {
+  local batch=$1 r
+  log "the limit: the decode alone, the model alone at batch $batch"
+  go test -c -o "$WORK/preprocess.test" ./preprocess/
+  go test -c -o "$WORK/ceiling.test" ./bench/ceiling/
+  : >"$WORK/limit.decode"; : >"$WORK/limit.model"
+  cpu_us() { awk '{for (i=1;i<=NF;i++) if ($(i+1)=="cpu-µs/image") print $i}'; }
+  for r in $(seq 1 "$RUNS"); do
+    (cd preprocess && "$WORK/preprocess.test" -test.run '^$' -test.bench 'JPEGDecodeAlone$' -test.benchtime 400x) | cpu_us >>"$WORK/limit.decode"
+    (cd bench/ceiling && LIMIT_BATCH=$batch "$WORK/ceiling.test" -test.run '^$' -test.bench 'ModelAlone$' -test.benchtime "$(( (400 + batch - 1) / batch ))x") |
+      cpu_us >>"$WORK/limit.model"
+  done
+  local d m
+  d=$(sort -g "$WORK/limit.decode" | head -1)
+  m=$(sort -g "$WORK/limit.model" | head -1)
+  echo "$d $m $batch $(awk -v d="$d" -v m="$m" -v c="$(nproc)" 'BEGIN {if (d + m > 0) printf "%.1f", c * 1e6 / (d + m); else print "-"}')" >"$WORK/limit"
+}
+
+# limit_section: the limit and the profile, Markdown
+limit_section() {
+  local d m b l
+  read -r d m b l <"$WORK/limit"
+  echo "The cost per image of the two heavy libraries alone, on one core, in this run: libjpeg-turbo's decode"
+  echo "of the article's photo at the DCT scale and window the gateway decodes ($d µs of CPU, the fastest of $RUNS"
+  echo "runs of \`BenchmarkJPEGDecodeAlone\` in preprocess) and the model's run at the batch size the shipped"
+  echo "configuration chose, $b ($m µs per image, \`BenchmarkModelAlone\` in bench/ceiling). If nothing else ran,"
+  echo "$(nproc) cores would serve **$l images/s**: the limit the ratios below are taken to. The rest of a"
+  echo "request's work (the resize, HTTP, the Go runtime, the kernel) and the load generator on the same cores"
+  echo "make up the difference."
+  if [ -s "$WORK/gateway_best.perf.md" ]; then
+    echo
+    echo "Where the shipped configuration's CPU time went under load: a perf profile of the gateway's"
+    echo "process (\`perf record -e cpu-clock -F 999 -p PID\`) over one \`loadtest -n $N -c 50\` run, summed by"
+    echo "part (bench/perfsummary); the server's CPU time was $(cat "$WORK/gateway_best.perf.cpu") ms per request over that run"
+    echo "($(awk '/^Throughput:/ {print $2}' "$WORK/gateway_best.perf.lt") req/s):"
+    echo
+    cat "$WORK/gateway_best.perf.md"
+  fi
+}
+
+# ONLY=limit: the limit and the profile alone, printed (no report written).
+if [ "${ONLY:-}" = limit ]; then
+  start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT
+  ab -n "$WARM" -c 50 -p "$PAYLOAD" -T application/json -s 600 "$(URL)" >/dev/null 2>&1 || true
+  BATCH=$(chosen_batch)
+  grep -h 'batch size chosen' "$WORK/gateway_best.log" >&2 || true
+  profile gateway_best
+  stop
+  limit "$BATCH"
+  limit_section
+  l=$(awk '{print $4}' "$WORK/limit")
+  echo
+  echo "loadtest during the profile: $(awk '/^Throughput:/ {print $2}' "$WORK/gateway_best.perf.lt" 2>/dev/null) req/s, / limit: $(awk -v a="$(awk '/^Throughput:/ {print $2}' "$WORK/gateway_best.perf.lt" 2>/dev/null)" -v l="$l" 'BEGIN {if (l > 0 && a > 0) printf "%.2f", a / l; else print "-"}')"
+  exit 0
+fi
+
 # ONLY=interleaved: that measurement alone, printed (no report written).
 if [ "${ONLY:-}" = interleaved ]; then
   [ "$PEERS" = 1 ] || { echo "bench: ONLY=interleaved measures the Node.js peer: PEERS=0 leaves nothing to do" >&2; exit 1; }
@@ -342,7 +447,11 @@ measure gateway_off; stop
 go test -c -o /dev/null ./bench/ceiling/ # compiled before it is timed
 : >"$WORK/ceiling"
 start gateway_best bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT "${GRPC_FLAGS[@]}"
-measure gateway_best; stop
+measure gateway_best
+BATCH=$(chosen_batch)
+profile gateway_best
+stop
+limit "$BATCH"
 servers+=(gateway_off gateway_best gateway_v2)
 [ "$GRPC" = 1 ] && servers+=(gateway_grpc)
 
@@ -383,7 +492,7 @@ done
 
 # The report.
 row() { cat "$WORK/$1.row"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0 && a > 0) printf "%.2f", a / b; else print "-"}'; }
 label() {
   case $1 in
     torch) echo "PyTorch + FastAPI (the article's naive service, $(nproc) uvicorn workers)" ;;
@@ -412,19 +521,23 @@ label() {
     echo "(the same image as the raw BYTES element of a ModelInfer request, 50 calls in flight on one connection)."
   fi
   echo
-  echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | ready ms |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  LIMIT=$(awk '{print $4}' "$WORK/limit")
+  echo "| server | ab req/s | ab p50 ms | ab p99 ms | ab failed | loadtest req/s | loadtest p50 ms | loadtest p99 ms | loadtest errors | peak RSS MiB | ready ms | / limit (ab, loadtest) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   for s in "${servers[@]}"; do
     read -r a1 a2 a3 a4 l1 l2 l3 l4 rss st < <(row "$s")
-    echo "| $(label "$s") | $a1 | $a2 | $a3 | $a4 | $l1 | $l2 | $l3 | $l4 | $rss | $st |"
+    echo "| $(label "$s") | $a1 | $a2 | $a3 | $a4 | $l1 | $l2 | $l3 | $l4 | $rss | $st | $(ratio "$a1" "$LIMIT"), $(ratio "$l1" "$LIMIT") |"
   done
-  echo "| in-process ceiling (bench/ceiling: JSON → decode → preprocess → ORT, $(nproc) workers, no HTTP; each run right after one of the shipped config's ab runs) | $CEILING images/s | | | | | | | | | |"
+  echo "| in-process ceiling (bench/ceiling: JSON → decode → preprocess → ORT, $(nproc) workers, no HTTP; each run right after one of the shipped config's ab runs) | $CEILING images/s | | | | | | | | | | $(ratio "$CEILING" "$LIMIT") |"
+  read -r ld lm lb _ <"$WORK/limit"
+  echo "| **the limit**: the decode alone ($ld µs) and the model alone at batch $lb ($lm µs), CPU per image, on $(nproc) cores (below) | $LIMIT images/s | | | | | | | | | | 1 |"
   echo
   best=$(awk '{print $1}' "$WORK/gateway_best.row")
   off=$(awk '{print $1}' "$WORK/gateway_off.row")
   echo "Ratios (ab req/s, same run):"
   echo
   echo "- imagegate shipped config / in-process ceiling: $(ratio "$best" "$CEILING") (medians); round by round (each ab run, then the ceiling): $(ceiling_rounds)"
+  echo "- imagegate shipped config / the limit: $(ratio "$best" "$LIMIT") (ab), $(ratio "$(awk '{print $5}' "$WORK/gateway_best.row")" "$LIMIT") (loadtest); the in-process ceiling / the limit: $(ratio "$CEILING" "$LIMIT")"
   if [ "$PEERS" = 1 ]; then
     echo "- imagegate shipped config / PyTorch + FastAPI: $(ratio "$best" "$(awk '{print $1}' "$WORK/torch.row")")"
     echo "- imagegate shipped config / Node.js sharp + onnxruntime-node: $(ratio "$best" "$(awk '{print $1}' "$WORK/node.row")")"
@@ -448,6 +561,10 @@ label() {
   echo "URL (the gateway's \`/v2/health/ready\`, the peers' \`GET /\`), the gateway's model cache warm; the"
   echo "next section has $STARTS starts of each."
   echo
+  echo "## The limit"
+  echo
+  limit_section
+  echo
   echo "## Start-up"
   echo
   echo "Process start to the first 200 of the URL a Kubernetes readiness probe asks, as \`bin/readytime\`"
@@ -459,8 +576,10 @@ label() {
   echo
   echo "The gateway's start-up loads ONNX Runtime, reads the model and its optimized graph (the model"
   echo "cache: \`runtime.cache_dir\`, docs/startup.md) and runs the model once at its largest batch before"
-  echo "it reports ready. Fresh memory is a large part of a start on virtual machines (each page's first"
-  echo "touch traps to the hypervisor): hence the page faults."
+  echo "it reports ready; with an empty cache it also times the model at batch sizes 1, 2, 4, ... to choose"
+  echo "\`max_batch_size: auto\` (about a second at most; docs/defaults.md), and keeps the curve beside the graph."
+  echo "Fresh memory is a large part of a start on virtual machines (each page's first touch traps to the"
+  echo "hypervisor): hence the page faults."
   echo
   if [ -s "$WORK/interleaved" ]; then
     echo "## Node.js and the shipped config, interleaved"
@@ -503,7 +622,7 @@ label() {
   echo "The gateway with the shipped config's runtime settings${SHIPPED_RUNTIME:+ (\`$SHIPPED_RUNTIME\`)} and four batching settings:"
   echo
   echo "- off: \`{max_batch_size: 1}\`"
-  echo "- shipped: the shipped config's ${SHIPPED_BATCHING:+\`$SHIPPED_BATCHING\` }(the defaults: adaptive, at most 2)"
+  echo "- shipped: the shipped config's ${SHIPPED_BATCHING:+\`$SHIPPED_BATCHING\` }(the defaults: adaptive, max_batch_size auto, here $BATCH)"
   echo "- fixed32: \`{max_batch_size: 32, max_queue_delay: 2ms}\`"
   echo "- adaptive: \`{max_batch_size: 32, adaptive: {latency_target: 50ms}}\`"
   echo
@@ -527,3 +646,8 @@ label() {
   fi
 } >"$REPORT"
 log "wrote $REPORT"
+# The README's performance table follows the report (the default report only).
+if [ "$REPORT" = docs/benchmarks.md ]; then
+  bench/readme.sh -update
+  log "updated README.md's performance table"
+fi

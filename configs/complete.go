@@ -50,8 +50,13 @@ type Completion struct {
 	// Labels name the classes when no label file does: the model's metadata's, else the class
 	// indices ("0", "1", ...). nil when Model.Labels names the file to read.
 	Labels []string
-	// Classes is the number of scores the model gives an image.
+	// Classes is the number of scores the model gives an image (a detector: its classes, 0
+	// when an NMS model does not say).
 	Classes int
+	// Embed and Detect are what the model's outputs told of the embed and detect tasks
+	// (Model.Task says which applies).
+	Embed  EmbedFacts
+	Detect DetectFacts
 	// Warnings are what the model's metadata asks that the gateway does not do, and missing
 	// labels.
 	Warnings []string
@@ -69,8 +74,16 @@ func (m *Model) Complete(f ModelFacts, s Server) (Completion, error) {
 	if inOK {
 		c.inputShape(&p, in)
 	}
-	if out, ok := c.output(&p); ok {
-		c.res.Classes = int(out.Shape[1])
+	switch c.task(&p) {
+	case TaskClassify:
+		if out, ok := c.output(&p); ok {
+			c.res.Classes = int(out.Shape[1])
+			c.labels()
+		}
+	case TaskEmbed:
+		c.embed(&p)
+	case TaskDetect:
+		c.detect(&p)
 		c.labels()
 	}
 	c.preprocess(&p)
@@ -252,8 +265,8 @@ func (c *completer) batchAxis(p *problems, in TensorFacts) {
 	switch {
 	case b == -1:
 		c.noteBatch("default")
-	case b == 1 && !m.set["batching.max_batch_size"]:
-		m.Batching.MaxBatchSize = 1
+	case b == 1 && (!m.set["batching.max_batch_size"] || m.Batching.MaxBatchSize.Auto()):
+		m.Batching.MaxBatchSize = 1 // auto: nothing to measure
 		c.note("batching.max_batch_size", 1, "model")
 	case b == 1 && m.Batching.MaxBatchSize > 1:
 		p.add(f, "is %d, but the model's input %s has a batch axis fixed at 1: set 1, or export the model with a dynamic batch axis", m.Batching.MaxBatchSize, in)
@@ -300,7 +313,7 @@ func (c *completer) output(p *problems) (TensorFacts, bool) {
 			}
 		}
 		if len(scores) != 1 {
-			p.add(f+".name", "the model has %d outputs (%s): set output.name to its scores, shaped [batch, classes]", len(outs), list(outs))
+			p.add(f+".name", "the model has %d outputs (%s): set output.name to its scores, shaped [batch, classes] (or task: embed or detect for another kind of model)", len(outs), list(outs))
 			return out, false
 		}
 		out = scores[0]
@@ -312,7 +325,7 @@ func (c *completer) output(p *problems) (TensorFacts, bool) {
 		return out, false
 	}
 	if len(out.Shape) != 2 || out.Shape[1] < 1 {
-		p.add(f, "the model's output %s is not [batch, classes] with a fixed class count: the gateway serves classifiers' scores", out)
+		p.add(f, "the model's output %s is not [batch, classes] with a fixed class count: the gateway serves classifiers' scores (set task: embed for a feature vector, detect for a detector)", out)
 		return out, false
 	}
 	c.note("classes", out.Shape[1], "model")
@@ -335,13 +348,18 @@ func (c *completer) labels() {
 		switch {
 		case err != nil:
 			c.warn("metadata %s ignored: cannot read labels from it: %v", key, err)
-		case len(labels) != c.res.Classes:
+		case len(labels) != c.res.Classes && c.res.Classes > 0:
 			c.warn("metadata %s ignored: %d labels for %d classes", key, len(labels), c.res.Classes)
 		default:
 			c.res.Labels = labels
 			c.note("labels", fmt.Sprintf("%d labels", len(labels)), "metadata "+key)
 			return
 		}
+	}
+	if c.res.Classes == 0 { // an NMS model that does not say how many classes it has
+		c.note("labels", "class indices", "default")
+		c.warn("no labels: answers name classes by index (set labels, or put %s beside the model)", oneOf(labelFiles()))
+		return
 	}
 	c.res.Labels = make([]string, c.res.Classes)
 	for i := range c.res.Labels {
@@ -358,7 +376,14 @@ func (c *completer) preprocess(p *problems) {
 	ultra, ultraKey := meta.ultralyticsClassifier()
 	if pp.Mode == "" {
 		pp.Mode = defaultMode
-		c.note("preprocess.mode", pp.Mode, "default")
+		src := "default"
+		if dec := c.m.Detect.Decoder; c.m.Task == TaskDetect && dec != "" {
+			pp.Mode, src = "letterbox", "default: "+dec
+			if dec == DecoderBoxesScores {
+				pp.Mode = "stretch"
+			}
+		}
+		c.note("preprocess.mode", pp.Mode, src)
 	} else {
 		c.note("preprocess.mode", pp.Mode, c.configured())
 	}
@@ -381,6 +406,12 @@ func (c *completer) preprocess(p *problems) {
 	default:
 		pp.Resize = defaultResize(pp.Crop)
 		c.note("preprocess.resize", pp.Resize, "default: crop x 256/224")
+	}
+	// Embeddings are compared with each other: a DCT-scaled decode moves a large photo's vector
+	// (docs/preprocessing.md, "Embeddings"), so the embed task decodes at full size unless told.
+	if c.m.Task == TaskEmbed && !pp.FullDecode && !c.m.set["preprocess.full_decode"] {
+		pp.FullDecode = true
+		c.note("preprocess.full_decode", true, "default: embed")
 	}
 	scale, mean, std, rangeKey := meta.pixelRange(c)
 	switch {
@@ -410,6 +441,10 @@ func (c *completer) preprocess(p *problems) {
 		case ultra:
 			*v.dst = []float32{v.ultra, v.ultra, v.ultra}
 			c.note(v.key, *v.dst, "metadata "+ultraKey)
+		case c.m.Task == TaskDetect && c.m.Detect.Decoder == DecoderYOLO:
+			// Every YOLO exporter's models take x/255.
+			*v.dst = []float32{v.ultra, v.ultra, v.ultra}
+			c.note(v.key, *v.dst, "default: yolo")
 		default:
 			*v.dst = v.imagen()
 			c.note(v.key, *v.dst, "default")

@@ -44,7 +44,7 @@ func TestCompleteFromModel(t *testing.T) {
 	want := map[string]string{
 		"input.name": "pixels (model)", "input.type": "float32 (model)", "input.layout": "NCHW (model)",
 		"input.width": "299 (model)", "input.height": "299 (model)", "output.name": "logits (model)", "classes": "5 (model)",
-		"batching.max_batch_size": "2 (default)", "labels": "class indices (default)", "preprocess.mode": "shorter_side (default)",
+		"batching.max_batch_size": "auto (default)", "labels": "class indices (default)", "preprocess.mode": "shorter_side (default)",
 		"preprocess.crop": "299 (default: input.width)", "preprocess.resize": "341 (default: crop x 256/224)",
 		"preprocess.scale": "normalized (default)", "preprocess.mean": "[0.485, 0.456, 0.406] (default)", "preprocess.std": "[0.229, 0.224, 0.225] (default)",
 	}
@@ -333,7 +333,7 @@ models:
 				t.Errorf("model %d:\n%+v\n%+v", i, a, b)
 			}
 		}
-		if !reflect.DeepEqual(cfg.Server, back.Server) || cfg.Log != back.Log || cfg.Repository != back.Repository || cfg.ONNXRuntime != back.ONNXRuntime {
+		if !reflect.DeepEqual(cfg.Server, back.Server) || cfg.Log != back.Log || !reflect.DeepEqual(cfg.Repository, back.Repository) || cfg.ONNXRuntime != back.ONNXRuntime {
 			t.Errorf("round trip:\n%s", out)
 		}
 	}

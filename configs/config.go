@@ -21,6 +21,10 @@ type Config struct {
 	Repository  Repository  `yaml:"repository"`
 	Models      []Model     `yaml:"models"`
 
+	// FailedModels are the models of the Triton repository (repository.path) that cannot be
+	// served as their folders stand: their loads fail, saying why (Models holds the others).
+	FailedModels []FailedModel `yaml:"-"`
+
 	// keys holds every key the configuration set ("server.listen", "models[0].input.width")
 	// and whether its value spells zero: a zero that is not meaningful for its key is an
 	// error rather than silently the default.
@@ -60,10 +64,16 @@ type Server struct {
 	// at once (and earlier when their deadline cannot be met). 0: 128 per decode worker, at
 	// least 256.
 	DecodeQueue int `yaml:"decode_queue"`
-	// QueueDiscipline is how the decode queue keeps to each model's batching.queue_target:
-	// predict refuses a request on its headers (before its body is read) when its predicted
-	// wait in line exceeds the target, the line standing over it; codel queues it and, once the queue has stood above
-	// the target for 100 ms, serves the newest first and sheds the waiters past the target
+	// QueueDiscipline is how the line (requests waiting for a decode worker and in the batcher)
+	// keeps to each model's batching.queue_target beyond a closed loop's reach: a line of 64
+	// requests or fewer is served oldest first and never refused for its time (a benchmark's
+	// 50 connections are normal operation). lifo (the default) takes a longer line for an
+	// open-loop spike and acts at once: while it lasts and 500 ms after, a request is admitted
+	// only with a predicted wait within a quarter of the target, the line is served newest
+	// first, and a waiter past the target is dropped when a worker frees up (503, X-Refusal:
+	// expired).
+	// predict refuses a request on its headers when its predicted wait exceeds the target once
+	// the line has stood over it (64 in line or more) for 100 ms, and serves oldest first
 	// (docs/operations.md compares the two).
 	QueueDiscipline string `yaml:"queue_discipline"`
 	// MaxConnections bounds concurrent connections; at the limit the longest-idle keep-alive
@@ -85,6 +95,10 @@ type Server struct {
 	// requires "Authorization: Bearer <token>" on the admin listener, and is also served on the
 	// public listener to requests that carry it.
 	AdminTokenFile string `yaml:"admin_token_file"`
+	// Console is where the console in the browser is served, at /ui/ (docs/console.md): admin
+	// on the admin listener, which then also serves what its Try it calls (model metadata and
+	// inference); public on the public listener too; off nowhere.
+	Console string `yaml:"console"`
 	// Watchdog bounds a model's batch run: while one runs past its bound, /v2/health/live
 	// answers 503 (and the log says which run), so that the pod is restarted.
 	Watchdog Watchdog `yaml:"watchdog"`
@@ -214,11 +228,31 @@ type AccessLog struct {
 	Output string `yaml:"output"`
 }
 
-// Repository configures how the served models follow the configuration and their files.
+// Repository configures where models come from besides models (a Triton model repository)
+// and how the served models follow the configuration and their files (Triton's model control).
 type Repository struct {
-	// Poll, when positive, checks the configuration file and every model and label file this
-	// often and reloads what changed (as SIGHUP does). 0: no polling.
+	// Path is a Triton model repository: every folder under it is a model,
+	// <path>/<model>/<version>/model.onnx, configured by its config.pbtxt, read with Triton's
+	// schema (docs/triton.md says what is honoured and what is refused), or without one from
+	// its ONNX file as -model does. Served beside models (the names must differ). The
+	// -model-repository flag sets it.
+	Path string `yaml:"path"`
+	// ModelControlMode is Triton's: none (every model is loaded at start; SIGHUP and the
+	// repository API reload), poll (the configuration, the repository and the model files are
+	// checked every poll, and what changed is loaded, reloaded or unloaded, as SIGHUP does) or
+	// explicit (only load_models are loaded at start; the repository API loads and unloads any
+	// model the configuration or the repository holds). Empty: poll when poll is set, else
+	// none. The -model-control-mode flag sets it.
+	ModelControlMode string `yaml:"model_control_mode"`
+	// Poll is how often model_control_mode poll checks. 0: 15s (Triton's
+	// --repository-poll-secs) in poll mode; a positive value with no mode means poll.
 	Poll Duration `yaml:"poll"`
+	// LoadModels are the models loaded at start in explicit mode ("*": all of them). The
+	// -load-model flag adds to it.
+	LoadModels []string `yaml:"load_models"`
+	// Strict makes a config.pbtxt field that the gateway does not honour fail its model's
+	// load; otherwise one start-up warning per model names such fields.
+	Strict bool `yaml:"strict"`
 }
 
 // ONNXRuntime locates the ONNX Runtime shared library.
@@ -242,12 +276,23 @@ type Model struct {
 	// Labels is a label file: one label per line (a synset.txt's WordNet ids are dropped), or
 	// a JSON array. Empty: labels.txt, labels.json or synset.txt beside the model (a version
 	// folder's own first), else the labels in the model's metadata, else the class indices.
-	Labels     string     `yaml:"labels"`
+	Labels string `yaml:"labels"`
+	// Task is what the model answers: classify (scores per class), embed (a feature vector per
+	// image) or detect (objects with their boxes). Empty: from the model's outputs where they
+	// leave no doubt (one [batch, classes] output: classify; one [batch, D] output named like
+	// an embedding or features: embed; boxes and scores, a YOLO output, or an NMS model's
+	// detections: detect), else a start-up error naming the key to set.
+	Task       string     `yaml:"task"`
 	Input      Input      `yaml:"input"`
 	Output     Output     `yaml:"output"`
+	Embed      Embed      `yaml:"embed"`
+	Detect     Detect     `yaml:"detect"`
 	Preprocess Preprocess `yaml:"preprocess"`
 	Batching   Batching   `yaml:"batching"`
 	Runtime    Runtime    `yaml:"runtime"`
+	// Warning, when set, is logged as a warning each time the model loads: what its users
+	// must know (an untrained model, a deprecated one).
+	Warning string `yaml:"warning"`
 
 	// field is how errors name the model ("models[0] (resnet)").
 	field string
@@ -257,6 +302,10 @@ type Model struct {
 	origin string
 	// labelsFound: Labels is a file found beside the model, not one the configuration named.
 	labelsFound bool
+
+	// Triton, for a model of the Triton model repository (repository.path): its folder and
+	// what its config.pbtxt holds; nil for the models the configuration lists.
+	Triton *TritonModel `yaml:"-"`
 }
 
 // VersionPolicy is Triton's: at most one of latest, all and specific (default: latest 1).
@@ -291,13 +340,78 @@ type Output struct {
 	Name string `yaml:"name"`
 }
 
+// Embed configures the embed task: the answer is the model's output vector for each image.
+type Embed struct {
+	// Output is the output holding the vector, [batch, D] (or [batch, D, 1, 1]). Empty: the
+	// model's only output, else its only output whose name holds embed, feature, pool, vector
+	// or descriptor.
+	Output string `yaml:"output"`
+	// Normalize scales each vector to unit length (L2), as similarity search by cosine wants.
+	Normalize bool `yaml:"normalize"`
+}
+
+// Detect configures the detect task: the model's outputs are decoded into boxes (in the
+// original image's pixels), scored, suppressed per class and cut to a count. The model's
+// class names are the model's labels (labels, a label file beside it, or its metadata),
+// indexed as the model numbers its classes (a background class included).
+type Detect struct {
+	// Decoder is the layout of the model's outputs: boxes_scores (SSD-style: boxes [batch, N,
+	// 4] and scores [batch, N, classes]), yolo (one output [batch, 4+classes, N] or [batch,
+	// N, 4+classes], with an objectness column or not) or nms (a model with NMS built in:
+	// boxes, scores, classes and optionally a count, or one [batch, K, 6] output of rows x1,
+	// y1, x2, y2, score, class). Empty: from the model's outputs.
+	Decoder string `yaml:"decoder"`
+	// Boxes is the output holding the boxes (yolo: the one output). Empty: from the outputs'
+	// names and shapes.
+	Boxes string `yaml:"boxes"`
+	// Scores is the output holding the scores (boxes_scores, nms). Empty: from the outputs'
+	// names and shapes.
+	Scores string `yaml:"scores"`
+	// Classes is the output holding an NMS model's class indices. Empty: from the outputs'
+	// names and shapes (none: every detection is class 0).
+	Classes string `yaml:"classes"`
+	// Count is the output holding an NMS model's number of valid rows per image. Empty: from
+	// the outputs' names (none: every row above the threshold).
+	Count string `yaml:"count"`
+	// BoxFormat is how boxes_scores and nms boxes are written: xyxy (corners), cxcywh
+	// (center, size) or yxyx. Empty: xyxy. YOLO's are always cxcywh.
+	BoxFormat string `yaml:"box_format"`
+	// BoxUnits is normalized (fractions of the input's width and height) or pixels (of the
+	// model's input). Empty: normalized for boxes_scores, pixels for yolo and nms.
+	BoxUnits string `yaml:"box_units"`
+	// Background: on when the scores' class 0 is the background (never answered), off when
+	// it is a class; auto: on for boxes_scores with two classes or more.
+	Background string `yaml:"background"`
+	// Objectness: on when a YOLO output holds an objectness column before the class scores
+	// (YOLOv5), off when not (v8, v11); auto: from the labels' count where they are known,
+	// else on for [batch, N, values] outputs (v5's layout), off for [batch, values, N].
+	Objectness string `yaml:"objectness"`
+	// ScoreThreshold drops detections scoring at or below it; a request may set its own
+	// (score_threshold).
+	ScoreThreshold float64 `yaml:"score_threshold"`
+	// IOUThreshold is the non-maximum suppression's: a detection overlapping a better one of
+	// its class by more intersection over union is dropped; a request may set its own
+	// (iou_threshold).
+	IOUThreshold float64 `yaml:"iou_threshold"`
+	// MaxDetections bounds the detections answered per image (the best ones); a request may
+	// lower it (max_detections).
+	MaxDetections int `yaml:"max_detections"`
+	// ClassAgnostic suppresses overlapping detections across classes too.
+	ClassAgnostic bool `yaml:"class_agnostic"`
+}
+
 // Preprocess describes how an image becomes the model's input. Empty keys come from the
 // model's metadata where an exporter wrote them (docs/configuration.md lists the keys read),
 // else torchvision's ImageNet convention.
 type Preprocess struct {
-	// Mode is shorter_side (torchvision: resize the shorter side to resize, center crop) or
-	// stretch (resize to the input size, ignoring the aspect ratio).
+	// Mode is shorter_side (torchvision: resize the shorter side to resize, center crop),
+	// stretch (resize to the input size, ignoring the aspect ratio) or letterbox (scale to fit
+	// keeping the aspect ratio, centered, padded with pad). Empty: shorter_side, except for
+	// detectors: letterbox for yolo and nms, stretch for boxes_scores.
 	Mode string `yaml:"mode"`
+	// Pad is the letterbox's padding value (0..255, every channel, before normalization):
+	// YOLO's exporters pad with 114.
+	Pad int `yaml:"pad"`
 	// Resize is the shorter side's length before the crop (shorter_side mode). 0: crop x
 	// 256/224, torchvision's ratio.
 	Resize int `yaml:"resize"`
@@ -312,7 +426,8 @@ type Preprocess struct {
 	// their own normalization.
 	Scale string `yaml:"scale"`
 	// FullDecode decodes JPEGs at full size instead of the smallest DCT scale that covers the
-	// resize target: bit-identical to torchvision (PIL), and slower.
+	// resize target: bit-identical to torchvision (PIL), and slower. The embed task turns it on
+	// unless the configuration sets it: the scaled decode moves a large photo's embedding.
 	FullDecode bool `yaml:"full_decode"`
 	// MaxPixels refuses images whose header declares more pixels (413), before any pixel is
 	// allocated. 0: the decoder's default, Pillow's MAX_IMAGE_PIXELS.
@@ -321,9 +436,14 @@ type Preprocess struct {
 
 // Batching configures the model's dynamic batcher.
 type Batching struct {
-	// MaxBatchSize is the most images one model run takes. A model whose batch axis is fixed
-	// at 1 gets 1 unless this is set.
-	MaxBatchSize int `yaml:"max_batch_size"`
+	// MaxBatchSize is the most images one model run takes: a number, or auto. Empty: auto,
+	// measured when the model loads (a model whose batch axis is fixed at 1 gets 1). Auto times
+	// the model at batch sizes 1, 2, 4, ... on this machine, with its runtime settings and
+	// execution provider (the curve is kept in runtime.cache_dir, so a later start reads it),
+	// and takes the smallest size within 5 % of the lowest time per image among those whose
+	// run takes at most half of queue_target (and of adaptive.latency_target when set); at
+	// least 2 where a run of 2 fits, and at least the largest of preferred_batch_sizes.
+	MaxBatchSize BatchSize `yaml:"max_batch_size"`
 	// MaxQueueDelay is a fixed batch window counted from the oldest queued request; with the
 	// adaptive window it caps that window. 0: no fixed window (requests queued while a run is
 	// in progress still form the next batch).
@@ -335,13 +455,11 @@ type Batching struct {
 	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
 	// DefaultTimeout bounds a request's wait and run; a request may only shorten it.
 	DefaultTimeout Duration `yaml:"default_timeout"`
-	// QueueTarget bounds the queue by time: once the line has stood for 100 ms with 64
-	// requests or more in it (a closed loop of fewer clients, such as a benchmark's 50
-	// connections, is always queued) and a predicted wait over this, or at once with 128 in
-	// it, a request predicted to
-	// wait longer than this in line (for a decode worker and in the batcher, from the
-	// measured decode and run times) is refused at once, before its body is read (503 or 429
-	// queue_full, gateway_refusals_total{stage="queue_time"}). A request's deadline may only
+	// QueueTarget bounds the time a request waits in line (for a decode worker and in the
+	// batcher, predicted from the measured decode and run times) beyond a closed loop's reach,
+	// as server.queue_discipline says: refused before its body is read (503 or 429 queue_full,
+	// gateway_refusals_total{stage="queue_time"}), or, during a spike under lifo, dropped once
+	// it has waited this long (gateway_decode_expired_total). A request's deadline may only
 	// shorten its wait further.
 	QueueTarget Duration `yaml:"queue_target"`
 	// Priorities is the number of priority levels (0 or 1: none).
@@ -399,7 +517,10 @@ type Runtime struct {
 func (r Runtime) ShareSession() bool { return r.Sessions != "per_instance" }
 
 // Load reads, defaults and validates the configuration file at path.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, nil) }
+
+// LoadWith is Load with apply changing the configuration as ParseWith does.
+func LoadWith(path string, apply func(*Config)) (*Config, error) {
 	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read config: %w", err)
@@ -408,7 +529,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot resolve config path %q: %w", path, err)
 	}
-	cfg, err := Parse(data, filepath.Dir(abs))
+	cfg, err := ParseWith(data, filepath.Dir(abs), apply)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -418,7 +539,12 @@ func Load(path string) (*Config, error) {
 // Parse decodes YAML strictly, resolves relative paths against dir, applies defaults and
 // validates the result. Keys a model can tell (its input, output and preprocessing) stay
 // empty where the YAML leaves them so: Complete fills them from the model file.
-func Parse(data []byte, dir string) (*Config, error) {
+func Parse(data []byte, dir string) (*Config, error) { return ParseWith(data, dir, nil) }
+
+// ParseWith is Parse with apply, when not nil, changing the decoded configuration before its
+// paths are resolved, the defaults applied and the whole validated: what flags set over the
+// file (their paths absolute).
+func ParseWith(data []byte, dir string, apply func(*Config)) (*Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -437,8 +563,29 @@ func Parse(data []byte, dir string) (*Config, error) {
 		return nil, fmt.Errorf("cannot parse config: %w", err)
 	}
 	cfg.keys = setKeys(&doc)
+	if apply != nil {
+		apply(&cfg)
+	}
 	if err := cfg.finish(dir, "yaml"); err != nil {
 		return nil, err
+	}
+	return &cfg, nil
+}
+
+// ForRepository is the configuration of the gateway serving the Triton model repository
+// at dir with every other setting at its default (-model-repository without -config); apply,
+// when not nil, sets what other flags give.
+func ForRepository(dir string, apply func(*Config)) (*Config, error) {
+	cfg := Config{Repository: Repository{Path: dir}, keys: map[string]bool{"repository.path": false}}
+	if apply != nil {
+		apply(&cfg)
+	}
+	wd, err := filepath.Abs(".")
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.finish(wd, "flag"); err != nil {
+		return nil, fmt.Errorf("-model-repository %s: %w", dir, err)
 	}
 	return &cfg, nil
 }
@@ -497,6 +644,9 @@ func (c *Config) finish(dir, origin string) error {
 			}
 			m.field = fmt.Sprintf("models[%d] (%s)", i, name)
 		}
+		if m.Triton != nil { // a model of the Triton repository: named by its folder
+			m.field = m.Triton.field()
+		}
 		m.origin = origin
 		m.set = map[string]bool{}
 		prefix := fmt.Sprintf("models[%d].", i)
@@ -509,7 +659,10 @@ func (c *Config) finish(dir, origin string) error {
 	c.resolvePaths(dir)
 	c.setDefaults()
 	c.resolveAuto(thisMachine())
-	return c.Validate()
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return c.readRepository()
 }
 
 // setKeys returns the paths (e.g. "server.read_timeout", "models[0].batching.max_queue_size")
@@ -563,6 +716,7 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.ONNXRuntime.Library = abs(c.ONNXRuntime.Library)
+	c.Repository.Path = abs(c.Repository.Path)
 	c.Server.AdminTokenFile = abs(c.Server.AdminTokenFile)
 	c.Server.APIKeys.File = abs(c.Server.APIKeys.File)
 	for _, f := range []*string{&c.Server.TLS.CertFile, &c.Server.TLS.KeyFile, &c.Server.TLS.ClientCAFile} {
@@ -582,10 +736,13 @@ func (c *Config) resolvePaths(dir string) {
 	}
 }
 
-// Marshal writes the configuration as YAML that Parse reads back to the same values.
+// Marshal writes the configuration as YAML that Parse reads back to the same values. The
+// models of the Triton repository are left out: repository.path reads them again.
 func (c *Config) Marshal() ([]byte, error) {
+	out := *c
+	out.Models = slices.DeleteFunc(slices.Clone(c.Models), func(m Model) bool { return m.Triton != nil })
 	var doc yaml.Node
-	if err := doc.Encode(c); err != nil {
+	if err := doc.Encode(&out); err != nil {
 		return nil, err
 	}
 	flowLists(&doc)

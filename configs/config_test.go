@@ -18,7 +18,7 @@ func TestShippedConfigLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := cfg.Models[0]
-	if m.Name != "mobilenet_v3_small" || m.Batching.MaxBatchSize != 2 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
+	if m.Name != "mobilenet_v3_small" || !m.Batching.MaxBatchSize.Auto() || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
 		m.Batching.MaxQueueSize != 256 || m.Runtime.Instances != 1 || m.Runtime.IntraOpThreads != 1 {
 		t.Fatalf("unexpected values: %+v", m)
 	}
@@ -51,7 +51,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := cfg.Models[0]
-	if m.Path != "/x/m.onnx" || m.Batching.MaxBatchSize != 2 || m.Batching.MaxQueueSize != 256 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
+	if m.Path != "/x/m.onnx" || !m.Batching.MaxBatchSize.Auto() || m.Batching.MaxQueueSize != 256 || m.Batching.Adaptive.LatencyTarget.D() != 50*time.Millisecond ||
 		m.Batching.MaxQueueDelay != 0 || m.Batching.DefaultTimeout.D() != 30*time.Second || m.Runtime.GraphOptimization != "all" || m.Runtime.Instances != 1 {
 		t.Fatalf("defaults: %+v", m)
 	}
@@ -79,7 +79,7 @@ func TestStrictAndValidation(t *testing.T) {
 		{"models: [{name: m, path: p, batching: {max_batch_size: -1}}]\n", "batching.max_batch_size"},
 		{"models: [{name: m, path: p, batching: {max_queue_delay: 2 ms}}]\n", "cannot parse duration"},
 		{"models: [{name: m, path: p, batching: {max_queue_delay: -2ms}}]\n", "max_queue_delay: must not be negative"},
-		{"models: [{name: m, path: p, batching: {preferred_batch_sizes: [4, 64]}}]\n", "preferred_batch_sizes[1]"},
+		{"models: [{name: m, path: p, batching: {max_batch_size: 32, preferred_batch_sizes: [4, 64]}}]\n", "preferred_batch_sizes[1]"},
 		{"models: [{name: m, path: p, preprocess: {mean: [1, 2]}}]\n", "preprocess.mean: must have 3 values"},
 		{"models: [{name: m, path: p, preprocess: {std: [1, 0, 1]}}]\n", "preprocess.std[1]"},
 		{"models: [{name: m, path: p, input: {width: 224}, preprocess: {crop: 200}}]\n", "preprocess.crop: must equal input.width"},
@@ -94,6 +94,7 @@ func TestStrictAndValidation(t *testing.T) {
 		{"log: {access: {sample: 1.5}}\nmodels: [{name: m, path: p}]\n", "log.access.sample: must be in (0, 1]"},
 		{"log: {access: {format: xml}}\nmodels: [{name: m, path: p}]\n", "log.access.format"},
 		{"log: {access: {output: file}}\nmodels: [{name: m, path: p}]\n", "log.access.output: must be stderr or stdout"},
+		{"server: {console: both}\nmodels: [{name: m, path: p}]\n", "server.console: must be admin, public or off"},
 		{"server: {watchdog: {run_multiple: 0}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.run_multiple: must be positive"},
 		{"server: {watchdog: {run_multiple: 0.5}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.run_multiple: must be in [1, 1000000]"},
 		{"server: {watchdog: {min_hang: 1m, max_run: 30s}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.max_run: (30s) must be at least"},

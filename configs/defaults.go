@@ -38,6 +38,7 @@ func (c *Config) setDefaults() {
 	if a.Output == "" {
 		a.Output = "stderr"
 	}
+	setRepositoryDefaults(&c.Repository)
 	for i := range c.Models {
 		setModelDefaults(&c.Models[i])
 	}
@@ -68,8 +69,11 @@ func setServerDefaults(s *Server) {
 	if s.GRPCListen == "" {
 		s.GRPCListen = "127.0.0.1:8001" // Triton's gRPC port (the admin listener holds 8081)
 	}
+	if s.Console == "" {
+		s.Console = "admin"
+	}
 	if s.QueueDiscipline == "" {
-		s.QueueDiscipline = "predict"
+		s.QueueDiscipline = "lifo"
 	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = 10000
@@ -99,9 +103,9 @@ func setServerDefaults(s *Server) {
 }
 
 // setModelDefaults fills the keys whose default does not depend on the model file.
-// Batching: the adaptive window with at most 2 images a run, the setting `make bench`
-// measures (docs/defaults.md says why); a batch window nobody configured must not mean "no
-// batching".
+// Batching: the adaptive window, with the most images a run takes chosen from the model's
+// measured run times (max_batch_size: auto; docs/defaults.md says why); a batch window nobody
+// configured must not mean "no batching".
 func setModelDefaults(m *Model) {
 	if v := &m.VersionPolicy; v.Latest == 0 && !v.All && len(v.Specific) == 0 {
 		v.Latest = 1
@@ -109,10 +113,7 @@ func setModelDefaults(m *Model) {
 	if len(m.VersionPolicy.Specific) == 0 {
 		m.VersionPolicy.Specific = nil
 	}
-	b := &m.Batching
-	if b.MaxBatchSize == 0 {
-		b.MaxBatchSize = 2
-	}
+	b := &m.Batching // max_batch_size 0 is auto: chosen when the model loads
 	if b.MaxQueueSize == 0 {
 		b.MaxQueueSize = 256
 	}
@@ -158,6 +159,26 @@ func setModelDefaults(m *Model) {
 	}
 	if r.CacheDir == "" {
 		r.CacheDir = "auto"
+	}
+	// Detection: ultralytics' predictor's thresholds; an explicit 0 keeps everything.
+	d := &m.Detect
+	if d.ScoreThreshold == 0 && !m.set["detect.score_threshold"] {
+		d.ScoreThreshold = 0.25
+	}
+	if d.IOUThreshold == 0 && !m.set["detect.iou_threshold"] {
+		d.IOUThreshold = 0.45
+	}
+	if d.MaxDetections == 0 {
+		d.MaxDetections = 100
+	}
+	if d.Background == "" {
+		d.Background = "auto"
+	}
+	if d.Objectness == "" {
+		d.Objectness = "auto"
+	}
+	if m.Preprocess.Pad == 0 && !m.set["preprocess.pad"] {
+		m.Preprocess.Pad = 114
 	}
 	// Empty lists are unset lists: a YAML [] and an omitted key mean the same.
 	if len(m.Preprocess.Mean) == 0 {

@@ -95,3 +95,46 @@ func isZeroScalar(v string) bool {
 	f, err := strconv.ParseFloat(num, 64)
 	return err == nil && f == 0
 }
+
+// BatchSize is batching.max_batch_size: a number of images, or auto (the zero value, also
+// what an omitted key means), chosen when the model loads from its run time measured at
+// several batch sizes on the machine it runs on (cmd/gateway, runtime/ort's batch curve).
+type BatchSize int
+
+// AutoBatchSize is max_batch_size: auto.
+const AutoBatchSize BatchSize = 0
+
+// Auto reports whether the size is chosen when the model loads.
+func (b BatchSize) Auto() bool { return b == AutoBatchSize }
+
+func (b BatchSize) String() string {
+	if b.Auto() {
+		return "auto"
+	}
+	return strconv.Itoa(int(b))
+}
+
+// UnmarshalYAML accepts a whole number or "auto".
+func (b *BatchSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a number of images or auto", n.Line)
+	}
+	if strings.TrimSpace(n.Value) == "auto" {
+		*b = AutoBatchSize
+		return nil
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(n.Value))
+	if err != nil {
+		return fmt.Errorf("line %d: cannot parse max_batch_size %q (want a number of images or auto)", n.Line, n.Value)
+	}
+	*b = BatchSize(v)
+	return nil
+}
+
+// MarshalYAML writes the number, or auto.
+func (b BatchSize) MarshalYAML() (any, error) {
+	if b.Auto() {
+		return "auto", nil
+	}
+	return int(b), nil
+}

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// MaxBatchSize bounds batching.max_batch_size.
+const MaxBatchSize = 4096
+
 // Bounds of server durations: a day at most (drain_delay + shutdown_timeout overflowed when
 // both were 1500000h), and read/write/idle timeouts of at least 100 ms (below it nothing is
 // answered).
@@ -32,7 +35,7 @@ var (
 		"shutdown_timeout", "max_connections", "queue_full_status", "retry_after",
 		"watchdog.run_multiple", "watchdog.min_hang", "watchdog.max_run"}
 	modelPositive = []string{"batching.max_batch_size", "batching.max_queue_size", "batching.default_timeout", "batching.queue_target",
-		"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads"}
+		"runtime.instances", "runtime.intra_op_threads", "runtime.inter_op_threads", "detect.max_detections"}
 )
 
 // Validate reports every problem found, each naming its field. Keys a model file may tell
@@ -47,9 +50,10 @@ func (c *Config) Validate() error {
 	if c.Repository.Poll < 0 {
 		p.add("repository.poll", "must not be negative, got %s", c.Repository.Poll)
 	}
-	if len(c.Models) == 0 {
-		p.add("models", "at least one model is required")
+	if len(c.Models) == 0 && c.Repository.Path == "" {
+		p.add("models", "at least one model is required (or a Triton model repository, repository.path)")
 	}
+	c.validateRepository(&p)
 	seen := map[string]bool{}
 	for i := range c.Models {
 		m := &c.Models[i]
@@ -102,8 +106,11 @@ func (c *Config) validateServer(p *problems) {
 	if s.DecodeQueue < 0 || s.DecodeQueue > 100000 {
 		p.add("server.decode_queue", "must be in [0, 100000] (0: from decode_workers), got %d", s.DecodeQueue)
 	}
-	if s.QueueDiscipline != "predict" && s.QueueDiscipline != "codel" {
-		p.add("server.queue_discipline", "must be predict or codel, got %q", s.QueueDiscipline)
+	if s.Console != "admin" && s.Console != "public" && s.Console != "off" {
+		p.add("server.console", "must be admin, public or off, got %q", s.Console)
+	}
+	if s.QueueDiscipline != "predict" && s.QueueDiscipline != "lifo" {
+		p.add("server.queue_discipline", "must be predict or lifo, got %q", s.QueueDiscipline)
 	}
 	if s.MaxConnections < 0 || s.MaxConnections > 1000000 {
 		p.add("server.max_connections", "must be in [1, 1000000], got %d", s.MaxConnections)
@@ -252,6 +259,7 @@ func (m *Model) validate(p *problems, s Server, complete bool) {
 		}
 	}
 	m.validateInput(p, complete)
+	m.validateTask(p, complete)
 	m.validatePreprocess(p, complete)
 	m.validateBatching(p, s, complete)
 	m.validateRuntime(p)
@@ -290,7 +298,10 @@ func (m *Model) validateInput(p *problems, complete bool) {
 func (m *Model) validatePreprocess(p *problems, complete bool) {
 	f, pp := m.field+".preprocess", &m.Preprocess
 	if pp.Mode == "" && complete {
-		p.add(f+".mode", "must be shorter_side or stretch")
+		p.add(f+".mode", "must be shorter_side, stretch or letterbox")
+	}
+	if pp.Pad < 0 || pp.Pad > 255 {
+		p.add(f+".pad", "must be in [0, 255], got %d", pp.Pad)
 	}
 	switch pp.Mode {
 	case "shorter_side", "": // empty: shorter_side unless the model tells otherwise
@@ -301,9 +312,9 @@ func (m *Model) validatePreprocess(p *problems, complete bool) {
 		if pp.Resize != 0 && pp.Crop != 0 && pp.Resize < pp.Crop {
 			p.add(f+".resize", "must be at least preprocess.crop (%d), got %d", pp.Crop, pp.Resize)
 		}
-	case "stretch":
+	case "stretch", "letterbox":
 	default:
-		p.add(f+".mode", "must be shorter_side or stretch, got %q", pp.Mode)
+		p.add(f+".mode", "must be shorter_side, stretch or letterbox, got %q", pp.Mode)
 	}
 	if pp.Resize < 0 {
 		p.add(f+".resize", "must not be negative, got %d", pp.Resize)
@@ -338,8 +349,8 @@ func (m *Model) validatePreprocess(p *problems, complete bool) {
 
 func (m *Model) validateBatching(p *problems, s Server, complete bool) {
 	f, b := m.field+".batching", &m.Batching
-	if b.MaxBatchSize < 1 || b.MaxBatchSize > 4096 {
-		p.add(f+".max_batch_size", "must be in [1, 4096], got %d", b.MaxBatchSize)
+	if b.MaxBatchSize < 0 || b.MaxBatchSize > MaxBatchSize {
+		p.add(f+".max_batch_size", "must be in [1, %d] or auto, got %d", MaxBatchSize, b.MaxBatchSize)
 	}
 	if b.MaxQueueDelay < 0 {
 		p.add(f+".max_queue_delay", "must not be negative, got %s", b.MaxQueueDelay)
@@ -353,7 +364,9 @@ func (m *Model) validateBatching(p *problems, s Server, complete bool) {
 		}
 	}
 	for j, n := range b.PreferredBatchSizes {
-		if n < 1 || n > b.MaxBatchSize {
+		if b.MaxBatchSize.Auto() && (n < 1 || n > MaxBatchSize) {
+			p.add(fmt.Sprintf("%s.preferred_batch_sizes[%d]", f, j), "must be in [1, %d], got %d", MaxBatchSize, n)
+		} else if !b.MaxBatchSize.Auto() && (n < 1 || n > int(b.MaxBatchSize)) {
 			p.add(fmt.Sprintf("%s.preferred_batch_sizes[%d]", f, j), "must be in [1, max_batch_size=%d], got %d", b.MaxBatchSize, n)
 		}
 	}

@@ -789,6 +789,9 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 		}
 		switch m.gvk {
 		case "serving.kserve.io/v1alpha1/ServingRuntime":
+			if strings.HasSuffix(m.file, "servingruntime-triton.yaml") {
+				continue // TestKServeTritonRuntime
+			}
 			if err := yaml.Unmarshal(m.data, &rt); err != nil {
 				t.Fatal(err)
 			}
@@ -937,5 +940,33 @@ func TestBrokenManifestsFail(t *testing.T) {
 		} else {
 			t.Logf("%s: %v", m, err)
 		}
+	}
+}
+
+// TestKServeTritonRuntime: the runtime that stands in for KServe's Triton runtime passes
+// kserve-tritonserver's args word for word, and the gateway listens where they say on every
+// interface, on the container's ports (rootfs_test.go runs the container's binary with them).
+func TestKServeTritonRuntime(t *testing.T) {
+	var rt servingRuntime
+	for _, m := range readManifests(t, filepath.Join("kserve", "servingruntime-triton.yaml")) {
+		if err := yaml.Unmarshal(m.data, &rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := checkContainer(t, "ServingRuntime "+rt.Metadata.Name, rt.Spec.Containers, nil)
+	want := []string{"tritonserver", "--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080", "--allow-grpc=true", "--allow-http=true"}
+	if !slices.Equal(c.Args, want) {
+		t.Errorf("ServingRuntime %s args %v, want KServe's Triton runtime's %v", rt.Metadata.Name, c.Args, want)
+	}
+	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[1].Name != "h2c" {
+		t.Errorf("ServingRuntime %s container ports %v, want 8080 then one named h2c (gRPC)", rt.Metadata.Name, c.Ports)
+	}
+	checkListeners(t, "ServingRuntime "+rt.Metadata.Name, c, "0.0.0.0:"+argValue(c.Args, "-http-port"), "0.0.0.0:"+argValue(c.Args, "-grpc-port"), "h2c")
+	if !slices.ContainsFunc(rt.Spec.SupportedModelFormats, func(f struct {
+		Name string `json:"name"`
+	}) bool {
+		return f.Name == "triton"
+	}) || !slices.Contains(rt.Spec.ProtocolVersions, "grpc-v2") {
+		t.Errorf("ServingRuntime %s should support model format triton over v2 and grpc-v2", rt.Metadata.Name)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/linter"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
@@ -386,13 +387,18 @@ func TestRootfsServesDefaultModel(t *testing.T) {
 		checkGRPCHealth(t, grpcAddr)
 		g.stop(t)
 	})
+
+	r := rootfsRun{root: root, loader: loader, libPath: libPath, bin: bin, version: version, grpcAddr: grpcAddr,
+		jpeg: jpeg, labels: labels, stage: stage, imageEnv: imageEnv, remapEnv: remapEnv}
+	t.Run("image", func(t *testing.T) { r.image(t) })
+	t.Run("kserve-triton", func(t *testing.T) { r.kserveTriton(t) })
 }
 
 // listRootfs logs every file of the set with its size and the total, checks that each file
 // is one the set may hold, and returns their paths relative to root.
 func listRootfs(t *testing.T, root string) []string {
 	t.Helper()
-	allowed := regexp.MustCompile(`^(app/bin/gateway|app/configs/gateway\.yaml|app/models/[^/]+/(model\.onnx|labels\.txt)|app/cache/imagegate/[0-9a-f]{64}\.ort|etc/(passwd|group)|(usr/)?lib(64|32)?/([a-z0-9_]+-linux-gnu[a-z0-9_]*/)?(ld-linux[^/]*|lib[^/]+\.so[.0-9]*)|usr/share/doc/[^/]+/copyright)$`)
+	allowed := regexp.MustCompile(`^(app/bin/gateway|app/configs/gateway\.yaml|app/models/[^/]+/(model\.onnx|labels\.txt)|app/cache/imagegate/[0-9a-f]{64}\.(ort|curve\.json)|etc/(passwd|group)|(usr/)?lib(64|32)?/([a-z0-9_]+-linux-gnu[a-z0-9_]*/)?(ld-linux[^/]*|lib[^/]+\.so[.0-9]*)|usr/share/doc/[^/]+/copyright)$`)
 	var files []string
 	var total int64
 	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
@@ -707,4 +713,86 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// rootfsRun is what TestRootfsServesDefaultModel's later runs share: the file set, its loader
+// and libraries, the image's settings and the request to send.
+type rootfsRun struct {
+	root, loader, libPath, bin, version, grpcAddr string
+	jpeg                                          []byte
+	labels                                        []string
+	stage                                         dockerStage
+	imageEnv, remapEnv                            func([]string) []string
+}
+
+// image: make image's archive of this file set, read back as a container engine reads it, and
+// run as one runs it: the layer unpacked, the image's own configuration applied.
+func (r rootfsRun) image(t *testing.T) {
+	root, stage, version, jpeg, labels, grpcAddr, imageEnv := r.root, r.stage, r.version, r.jpeg, r.labels, r.grpcAddr, r.imageEnv
+	if os.Geteuid() != 0 {
+		t.Skip("running the unpacked image (chroot, its user) needs root")
+	}
+	img, config := imageArchive(t, root, stage, version)
+	unpacked := t.TempDir()
+	untar(t, mutate.Extract(img), unpacked)
+	c := config.Config
+	uid, gid := parseUser(t, c.User)
+	args := append(slices.Clone(c.Entrypoint[1:]), c.Cmd...)
+	cmd := exec.Command(c.Entrypoint[0], append(args, "-listen", "127.0.0.1:0")...)
+	cmd.Dir = c.WorkingDir
+	cmd.Env = imageEnv(c.Env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: unpacked, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	g := startRootfsGateway(t, cmd, unpacked)
+	g.checkWarmCache(t)
+	g.predict(t, jpeg, labels)
+	g.checkVersion(t, version)
+	checkGRPCHealth(t, grpcAddr)
+	g.stop(t)
+}
+
+// kserveTriton: KServe's Triton runtime's args (servingruntime-triton.yaml), word for word but
+// for the ports, over a Triton model repository with a config.pbtxt.
+func (r rootfsRun) kserveTriton(t *testing.T) {
+	root, loader, libPath, bin, jpeg, labels, grpcAddr, stage, remapEnv := r.root, r.loader, r.libPath, r.bin, r.jpeg, r.labels, r.grpcAddr, r.stage, r.remapEnv
+	var rt servingRuntime
+	if err := yaml.Unmarshal([]byte(readFile(t, filepath.Join("kserve", "servingruntime-triton.yaml"))), &rt); err != nil {
+		t.Fatal(err)
+	}
+	models := filepath.Join(t.TempDir(), "mnt", "models")
+	if err := os.MkdirAll(filepath.Join(models, "weather", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for n, dst := range map[string]string{"model.onnx": filepath.Join("1", "model.onnx"), "labels.txt": "labels.txt"} {
+		if err := os.Symlink(filepath.Join(root, "app", "models", "mobilenet_v3_small", n), filepath.Join(models, "weather", dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pbtxt := "platform: \"onnxruntime_onnx\"\nmax_batch_size: 4\noutput [{ name: \"output\" dims: [11] label_filename: \"labels.txt\" }]\ndynamic_batching {}\n"
+	if err := os.WriteFile(filepath.Join(models, "weather", "config.pbtxt"), []byte(pbtxt), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	var args []string
+	for _, a := range rt.Spec.Containers[0].Args {
+		a = strings.Replace(a, "/mnt/models", models, 1)
+		switch {
+		case strings.HasPrefix(a, "--http-port="):
+			a = "--http-port=0" // any free port; the test reads the one it got
+		case strings.HasPrefix(a, "--grpc-port="):
+			a = "--grpc-port=" + grpcPort
+		}
+		args = append(args, a)
+	}
+	cmd := exec.Command(loader, append([]string{"--inhibit-cache", "--library-path", libPath, bin}, args...)...)
+	cmd.Env = append(remapEnv(stage.env), "XDG_CACHE_HOME="+t.TempDir())
+	g := startRootfsGateway(t, cmd, root)
+	if st, body := g.get(t, "/v2/models/weather/config"); st != 200 || !strings.Contains(string(body), `"max_batch_size":4`) {
+		t.Fatalf("/v2/models/weather/config: %d %s", st, body)
+	}
+	st, body := g.post(t, "/models/weather/predict", "image/jpeg", jpeg)
+	if st != 200 || !slices.ContainsFunc(labels, func(l string) bool { return strings.Contains(string(body), `"`+l+`"`) }) {
+		t.Fatalf("predict: %d %s", st, body)
+	}
+	checkGRPCHealth(t, net.JoinHostPort("127.0.0.1", grpcPort))
+	g.stop(t)
 }

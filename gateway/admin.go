@@ -31,24 +31,32 @@ import (
 //	POST /v2/repository/reload                reload the whole repository (as SIGHUP does)
 //
 // plus server metadata (GET /v2, listing model_repository), health, /metrics and Go's profiles
-// (/debug/pprof/) on the admin listener.
+// (/debug/pprof/) on the admin listener; and, with the console served there (Options.Console,
+// the default), the console at /ui/ (console.go) with what its Try it calls: model metadata
+// and inference (/models/..., /v2/models/...), through the same pipeline, admission and
+// budget as the public listener's.
 
 // adminMaxBody bounds an admin request's body (an index query, load or unload parameters).
 const adminMaxBody = 1 << 20
 
 // ServeAdmin serves the admin API on ln until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener) error {
-	s.adminMu.Lock()
-	s.admin = &fasthttp.Server{
-		Handler:               s.handleAdmin,
-		Name:                  "imagegate-admin",
-		ReadTimeout:           s.opts.ReadTimeout,
-		WriteTimeout:          s.opts.WriteTimeout,
-		IdleTimeout:           s.opts.IdleTimeout,
-		MaxRequestBodySize:    adminMaxBody,
-		ReadBufferSize:        readBufferSize, // the public listener's header limit (fasthttp's 4 KiB reset longer ones)
-		SecureErrorLogMessage: true,
-		Logger:                &httpLogger{log: s.log},
+	srv := &fasthttp.Server{
+		Handler:      s.handleAdmin,
+		Name:         "imagegate-admin",
+		ReadTimeout:  s.opts.ReadTimeout,
+		WriteTimeout: s.opts.WriteTimeout,
+		IdleTimeout:  s.opts.IdleTimeout,
+		// Bodies are streamed, as on the public listener: the console's inference requests
+		// read theirs into the memory budget (pipeline), the repository API and the profiles
+		// theirs up to adminMaxBody (adminBody), and nothing is read whole before a handler
+		// runs (a multipart body would be spooled to files first).
+		StreamRequestBody:            true,
+		MaxRequestBodySize:           1,
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               readBufferSize, // the public listener's header limit (fasthttp's 4 KiB reset longer ones)
+		SecureErrorLogMessage:        true,
+		Logger:                       &httpLogger{log: s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 				writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "the admin API takes bodies of 1 MiB at most")
@@ -57,13 +65,17 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 			s.handleParseError(ctx, err) // 431, 408 or 400, in our words
 		},
 	}
-	srv := s.admin
-	s.adminMu.Unlock()
+	if !s.serving(func(l *lifecycle) { l.admin = srv }) {
+		ln.Close() // a drain has begun
+		return nil
+	}
 	return srv.Serve(s.adminListener(ln)) // in TLS when configured
 }
 
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	defer s.answerID(ctx) // health and /metrics get theirs from handle
+	// What it hands to handle needs no API key: keys are the public listener's (security.go).
+	ctx.SetUserValue(adminValue, true)
 	path := string(ctx.Path())
 	switch {
 	case strings.HasPrefix(path, "/v2/repository"):
@@ -76,6 +88,12 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	case path == "/metrics", strings.HasPrefix(path, "/v2/health/"),
 		strings.HasPrefix(path, "/v2/models/") && strings.HasSuffix(path, "/stats"): // statistics: listed in /v2 here too
 		s.handle(ctx)
+	case path == "/openapi.json":
+		s.serveOpenAPI(ctx)
+	case isConsolePath(path) && s.consoleOn(true):
+		s.serveConsole(ctx, path, true)
+	case (strings.HasPrefix(path, "/models/") || strings.HasPrefix(path, "/v2/models/")) && s.consoleOn(true):
+		s.handle(ctx) // the console's Try it: metadata and inference, as on the public listener
 	case path == "/v2" || path == "/v2/":
 		if !ctx.IsGet() && !ctx.IsHead() {
 			s.methodNotAllowed(ctx, "GET")
@@ -88,6 +106,14 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, fasthttp.StatusUnauthorized, "the admin API needs Authorization: Bearer <token>")
 			return
 		}
+		// The profiles' handlers read a body whole (/debug/pprof/symbol takes one): bounded.
+		body, ok := adminBody(ctx)
+		if !ok {
+			writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "the admin API takes bodies of 1 MiB at most")
+			lingerOnClose(ctx)
+			return
+		}
+		ctx.Request.SetBody(body)
 		pprofhandler.PprofHandler(ctx)
 	default:
 		s.notFound(ctx, path)

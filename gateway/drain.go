@@ -8,17 +8,15 @@ import (
 	"time"
 )
 
-// The server's lifecycle around its requests: Serve, and Shutdown's drain, step by step.
+// The server's lifecycle around its requests: Serve, and Shutdown's drain, step by step (its
+// phases and their transitions: lifecycle.go).
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.dog.Run()
 	l := s.listen(ln) // tracked, in TLS when configured
-	s.lnMu.Lock()
-	s.lns = append(s.lns, l)
-	s.lnMu.Unlock()
-	if s.draining.Load() {
-		l.Close()
+	if !s.serving(func(lc *lifecycle) { lc.lns = append(lc.lns, l) }) {
+		l.Close() // a drain has begun
 	}
 	return s.srv.Serve(l)
 }
@@ -32,23 +30,22 @@ func (s *Server) Serve(ln net.Listener) error {
 // for those answers too. It returns nil once every accepted request was answered, and stops
 // the models' batchers.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.draining.Store(true)
-	s.ready.Store(false)
+	s.advance(phaseDraining)
 	s.drainDelay(ctx)
-	s.stopAccepting()
+	s.advance(phaseClosing) // the listeners close, the gRPC servers stop gracefully
 	var errs []error
-	if err := s.answerInFlight(ctx); err != nil {
+	aborted, err := s.answerInFlight(ctx)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	s.closeConnections()
 	s.waitGRPC(abortGrace)
-	s.stopReloads()
-	if err := s.stopModels(); err != nil {
+	s.stopReloads(aborted)
+	if err := s.stopModels(aborted); err != nil {
 		errs = append(errs, err)
 	}
 	s.gone.Close()
 	s.dog.Close()
-	s.stopCredentials()
 	s.threads.Close() // the idle decode threads end (the model threads ended with their batchers)
 	return errors.Join(errs...)
 }
@@ -69,40 +66,22 @@ func (s *Server) drainDelay(ctx context.Context) {
 	}
 }
 
-// stopAccepting closes the listeners: each accepts what waits in its backlog first, and those
-// connections are served. (Not fasthttp's Shutdown: it closes connections it sees idle even
-// when a request has just arrived on them, and drops that request.)
-func (s *Server) stopAccepting() {
-	s.lnMu.Lock()
-	for _, l := range s.lns {
-		l.Close()
-	}
-	s.lnMu.Unlock()
-	s.adminMu.Lock()
-	if s.admin != nil {
-		go s.admin.Shutdown()
-	}
-	s.adminMu.Unlock()
-	s.stopGRPC()
-}
-
-// answerInFlight waits until every request in flight is answered. If ctx ends first, everyone
-// still waiting is answered (503 draining) and those answers are waited for, abortGrace at
-// most; it returns an error when some are still unanswered then.
-func (s *Server) answerInFlight(ctx context.Context) error {
+// answerInFlight waits until every request in flight is answered. If ctx ends first (aborted),
+// everyone still waiting is answered (503 draining) and those answers are waited for,
+// abortGrace at most; it returns an error when some are still unanswered then.
+func (s *Server) answerInFlight(ctx context.Context) (aborted bool, err error) {
 	if s.waitIdle(ctx) {
-		return nil
+		return false, nil
 	}
-	s.aborted.Store(true)
-	s.abortFn(errDraining)
+	s.advance(phaseAborting) // every request's context is cancelled
 	s.conns.InterruptReads()
 	s.dropQueued() // queued samples are answered batcher.ErrClosed
 	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 	defer cancel()
 	if !s.waitIdle(grace) {
-		return fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace)
+		return true, fmt.Errorf("gateway: %d requests still unanswered %v after server.shutdown_timeout", s.inflight.Load(), abortGrace)
 	}
-	return nil
+	return true, nil
 }
 
 // closeConnections closes what is left once the answers are written (they carry Connection:
@@ -129,15 +108,14 @@ func (s *Server) closeConnections() {
 // abortGrace (none after a drain already out of time); none starts after. One that takes
 // longer is left running: the drain does not wait for it (a model it loads is not served, and
 // the process exits under it).
-func (s *Server) stopReloads() {
-	s.closing.Store(true) // a reload that ends from now on installs nothing (apply)
+func (s *Server) stopReloads(aborted bool) {
 	wait := time.Now()
-	if !s.aborted.Load() {
+	if !aborted {
 		wait = wait.Add(abortGrace)
 	}
+	s.advance(phaseStopped) // a reload that ends from now on installs nothing (apply)
 	for ; ; time.Sleep(10 * time.Millisecond) {
 		if s.applyMu.TryLock() {
-			s.stopped = true
 			s.applyMu.Unlock()
 			return
 		}
@@ -151,9 +129,9 @@ func (s *Server) stopReloads() {
 // stopModels stops the models: their batchers end once the batches still running have (after
 // an abort, a batch may outlive its requests' answers: it is given abortGrace, then left to
 // the process's exit), and the models retired by reloads finish closing.
-func (s *Server) stopModels() error {
+func (s *Server) stopModels(aborted bool) error {
 	ctx := context.Background()
-	if s.aborted.Load() {
+	if aborted {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, abortGrace)
 		defer cancel()
@@ -201,7 +179,7 @@ func (s *Server) waitIdle(ctx context.Context) bool {
 
 // inflightDone wakes waitIdle when the last request in flight finished.
 func (s *Server) inflightDone() {
-	if !s.draining.Load() {
+	if !s.draining() {
 		return
 	}
 	s.inflightMu.Lock()

@@ -79,7 +79,7 @@ func (s *Server) classify(err error) (int, string) {
 		return http.StatusNotFound, reasonNotFound
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed, reasonNotFound
-	case errors.Is(err, errQueueFull), errors.Is(err, batcher.ErrQueueFull), errors.Is(err, batcher.ErrQueueTime):
+	case errors.Is(err, errQueueFull), errors.Is(err, batcher.ErrQueueFull):
 		return s.opts.QueueFullStatus, reasonQueueFull
 	case errors.Is(err, errShed), errors.Is(err, batcher.ErrWouldMissDeadline):
 		return http.StatusServiceUnavailable, reasonShed

@@ -34,44 +34,27 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 		writeError(fc, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
 		return fasthttp.StatusServiceUnavailable
 	}
-	if !fc.IsPost() {
+	rt, inference := inferenceRoute(path)
+	switch {
+	case !fc.IsPost():
+		return s.answerNow(fc)
+	case !inference && strings.HasPrefix(path, "/v2/repository"):
+		return fasthttp.StatusContinue // the repository's handlers read their bodies
+	case !inference:
 		return s.answerNow(fc)
 	}
-	if st, refused := s.expectAuthorize(fc, path); refused { // the key (security.go)
+	if st, refused := s.expectAuthorize(fc, path); refused { // the key, before the door (security.go)
 		return st
 	}
-	var name, version string
-	var fe frontEnd
-	predictDefault := path == "/predict/" || path == "/predict"
+	m, err := s.lookupRoute(rt)
 	switch {
-	case predictDefault:
-		name, fe = s.models.Load().first, predictAPI{}
-	case strings.HasPrefix(path, "/models/"):
-		n, tail, _ := strings.Cut(path[len("/models/"):], "/")
-		if tail != "predict" && tail != "predict/" {
-			return s.answerNow(fc)
-		}
-		name, fe = n, predictAPI{}
-	case strings.HasPrefix(path, "/v2/repository"):
-		return fasthttp.StatusContinue // the repository's handlers read their bodies
-	case strings.HasPrefix(path, "/v2/models/"):
-		n, v, tail, tensorOnly, ok := v2ModelPath(path[len("/v2/models/"):])
-		if !ok || tail != "infer" {
-			return s.answerNow(fc)
-		}
-		name, version, fe = n, v, v2API{tensorOnly: tensorOnly}
-	default:
-		return s.answerNow(fc)
-	}
-	m, err := s.lookup(name, version)
-	switch {
-	case err != nil && predictDefault:
-		return s.noModel(fc)
+	case err != nil && rt.def:
+		return countKey(fc, s.noModel(fc))
 	case err != nil:
-		return s.lookupAnswer(fc, err, true)
+		return countKey(fc, s.lookupAnswer(fc, err, true))
 	}
 	defer m.done()
-	r := s.newRequest(m, fe)
+	r := s.newRequest(m, rt.fe)
 	defer s.putRequest(r)
 	r.http.fc = fc
 	r.t = &r.http
@@ -79,13 +62,16 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	r.takeTraceContext(fc.Request.Header.Peek("traceparent"), fc.Request.Header.Peek("tracestate"))
 	r.meta.key = keyName(fc)
 	r.meta.stage = stageAdmit
-	err = s.admit(r)
+	err = s.door(r)
 	if err == nil {
 		return fasthttp.StatusContinue // handle runs it (and traces and logs it)
 	}
 	s.startSpan(r)
 	status, reason := s.fail(r, err)
 	r.meta.stages.total = time.Since(r.start)
+	if r.meta.door {
+		s.met.doorLatency.Update(r.meta.stages.total.Seconds())
+	}
 	r.t.annotate(r)
 	m.met.req.Observe(status, reason, r.meta.stages.total)
 	countKey(fc, status)

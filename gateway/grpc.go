@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 )
@@ -49,19 +50,21 @@ type grpcResult struct {
 
 // grpcInfer runs one ModelInfer request through the pipeline. md is the call's metadata: its
 // x-request-id (unary calls only: a stream's requests are told apart by their ids),
-// traceparent and tracestate.
-func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool) (*inference.ModelInferResponse, error) {
+// traceparent and tracestate; incoming, the call's place in the decode line since the tap
+// (zero: none), which the request takes over.
+func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, incoming admit.Ticket) (*inference.ModelInferResponse, error) {
 	if k := grpcKey(ctx); k != nil { // the call's key (security.go): its model, its limits, its count
-		return s.grpcKeyInfer(ctx, k, req, md, stream)
+		return s.grpcKeyInfer(ctx, k, req, md, stream, incoming)
 	}
-	return s.grpcInferAs(ctx, req, md, stream, "")
+	return s.grpcInferAs(ctx, req, md, stream, incoming, "")
 }
 
 // grpcInferAs runs grpcInfer's request, with key the name of its API key ("": none).
-func (s *Server) grpcInferAs(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, key string) (*inference.ModelInferResponse, error) {
+func (s *Server) grpcInferAs(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, incoming admit.Ticket, key string) (*inference.ModelInferResponse, error) {
 	name, tensorOnly := strings.CutSuffix(req.GetModelName(), tensorSuffix)
 	m, err := s.lookup(name, req.GetModelVersion())
 	if err != nil {
+		s.adm.Gate.Arrived(incoming)
 		status, reason := s.classify(err)
 		s.met.unknown.Observe(status, reason, 0)
 		if !stream && retryable(reason) {
@@ -71,6 +74,7 @@ func (s *Server) grpcInferAs(ctx context.Context, req *inference.ModelInferReque
 	}
 	defer m.done()
 	r := s.newRequest(m, grpcAPI{tensorOnly: tensorOnly})
+	r.incoming = incoming // in line since the tap, until the request reaches the decode gate
 	var res grpcResult
 	r.grpc = grpcTransport{ctx: ctx, req: req, res: &res, stream: stream}
 	r.t = &r.grpc
@@ -153,7 +157,11 @@ func (t *grpcTransport) watchGone(_ *request, gone func()) (release func()) {
 }
 
 func (t *grpcTransport) fail(r *request, status int, msg string, retry bool) {
-	if retry && !t.stream {
+	switch {
+	case t.stream:
+	case retry && r.meta.refusal != "":
+		grpc.SetTrailer(t.ctx, metadata.Pairs("retry-after", r.s.retryAfter, "x-refusal", r.meta.refusal)) // HTTP's X-Refusal
+	case retry:
 		grpc.SetTrailer(t.ctx, metadata.Pairs("retry-after", r.s.retryAfter))
 	}
 	t.res.err = grpcapi.Error(status, msg)
@@ -284,7 +292,7 @@ func (a grpcAPI) write(r *request) error {
 		if k := o.Classification; k > 0 {
 			t.Datatype, t.Shape = "BYTES", []int64{int64(n), int64(k)}
 			for i := range n {
-				sc := r.samples.scores(i)
+				sc := r.samples.output(i, scoresOutput)
 				for _, idx := range topIndices(sc, k) {
 					raw = wire.AppendBytesElement(raw, []byte(classString(sc[idx], idx, m.labels[idx])))
 				}
@@ -293,7 +301,7 @@ func (a grpcAPI) write(r *request) error {
 			t.Datatype, t.Shape = "FP32", []int64{int64(n), int64(m.classes)}
 			raw = make([]byte, 0, n*m.classes*4)
 			for i := range n {
-				for _, f := range r.samples.scores(i) {
+				for _, f := range r.samples.output(i, scoresOutput) {
 					raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(f))
 				}
 			}

@@ -46,13 +46,13 @@ func FuzzGRPCModelInfer(f *testing.F) {
 		if proto.Unmarshal(b, &req) != nil {
 			return // grpc-go refuses it before the handler (INTERNAL: cannot unmarshal)
 		}
-		_, err := s.grpcInfer(t.Context(), &req, nil, false)
+		_, err := s.grpcInfer(t.Context(), &req, nil, false, 0)
 		switch status.Code(err) {
 		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.ResourceExhausted, codes.Unavailable:
 		default:
 			t.Fatalf("%v", err)
 		}
-		if _, err := s.grpcInfer(t.Context(), valid, nil, false); err != nil {
+		if _, err := s.grpcInfer(t.Context(), valid, nil, false, 0); err != nil {
 			t.Fatalf("the next valid request: %v", err)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,14 +47,10 @@ func (s *Server) ServeGRPC(ln net.Listener) error {
 	g := &grpcServing{ln: netx.NewHandoff(ln, netx.HandoffConfig{MaxConns: s.opts.MaxConnections,
 		Refused: s.met.refusals[refuseConnections].Inc, UserTimeout: grpcapi.PingTimeout}), stopped: make(chan struct{})}
 	g.srv, g.codec = s.newGRPCServer()
-	s.lnMu.Lock()
-	if s.grpcClosed {
-		s.lnMu.Unlock()
-		ln.Close()
+	if !s.serving(func(l *lifecycle) { l.grpcs = append(l.grpcs, g) }) {
+		ln.Close() // a drain has begun
 		return nil
 	}
-	s.grpcs = append(s.grpcs, g)
-	s.lnMu.Unlock()
 	err := g.srv.Serve(g.ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -67,100 +64,135 @@ func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
 	opts := grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcAuth, codec, pool) // grpcAuth, then grpcTap
 	srv := grpc.NewServer(append(opts, s.grpcCreds()...)...)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s, codec: codec})
-	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.grpcStop})
+	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.life.stop})
 	reflection.Register(srv)
 	return srv, codec
 }
 
-// grpcTap refuses a ModelInfer call before grpc-go reads its message, when no model could
-// take it: the server is past its drain's end, the decode queue is full, every model's queue
-// is full or over its queue target (a call's image waits for a decode worker, as most do), or
-// no model is predicted to answer before the call's deadline. HTTP refuses on
-// the header alone likewise; without this a refused call first costs its whole upload
-// (receiving and decoding a photo's message is most of what a refusal costs). The checks are
-// admit's, over every model since the message names its model; the request is refused again
-// by admit if it passes here and its model cannot take it. It runs under the connection's
-// lock: it reads counters and predictions, and records the call's arrival in whether the
-// line stands over its queue target (a call refused here is one the line would have held).
+// grpcTap is the door of a ModelInfer call, before grpc-go reads its message: the call is
+// refused there when no model could take it (the server is past its drain's end, more calls are
+// in flight than the queues hold, or admit's door refuses it for every model: its queue, the
+// decode queue, the memory budget, its deadline, the queue target; a call's image waits for a
+// decode worker, as most do). Without this a refused call first costs its whole upload
+// (receiving and decoding a photo's message is most of what a refusal costs). A call admitted
+// here counts among the decode line's incoming requests while its message arrives; once it is
+// read the pipeline asks the door again, for the model the message names. It runs under the
+// connection's lock: it reads counters and predictions, and records the call's arrival in the
+// line's state.
 func (s *Server) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName != grpcModelInfer {
 		return ctx, nil
 	}
-	if s.aborted.Load() {
-		s.met.unknown.Observe(http.StatusServiceUnavailable, reasonDraining, 0)
-		return ctx, status.Error(codes.Unavailable, "gateway: draining: the server is shutting down")
+	now := time.Now()
+	stage, reason, err := s.tapDoor(ctx, now)
+	switch {
+	case err == nil && reason == "":
+		return s.tapAdmit(ctx, now), nil
+	case err == nil:
+		return ctx, nil // no model: answered NOT_FOUND once its model is read
+	}
+	if stage != "" {
+		s.met.refusals[stage].Inc()
+		s.met.doorLatency.Update(time.Since(now).Seconds())
+	}
+	return ctx, err
+}
+
+// tapDoor decides a call at the tap (grpcTap): a refusal's stage (empty: not a refusal under
+// load), its reason and its status error; or a nil error, with reason "noModel" when no model
+// is served.
+func (s *Server) tapDoor(ctx context.Context, now time.Time) (stage, reason string, err error) {
+	refused := func(on *model, code int, stage, reason, msg string) (string, string, error) {
+		if on != nil {
+			on.met.req.Observe(code, reason, 0)
+		} else {
+			s.met.unknown.Observe(code, reason, 0)
+		}
+		if k := grpcKey(ctx); k != nil {
+			k.Count(code) // the call's key (grpcAuth), by the status its model's series count
+		}
+		return stage, reason, status.Error(codes.Unavailable, msg)
+	}
+	if s.phase() >= phaseAborting {
+		return refused(nil, http.StatusServiceUnavailable, "", reasonDraining, "gateway: draining: the server is shutting down")
 	}
 	t := s.models.Load()
-	var only *model // the model a refusal is counted on, when one is served
-	queued, timed, late, n := true, true, true, 0
-	calls := int64(s.opts.DecodeQueue + s.opts.DecodeWorkers) // the calls' bound (below)
-	deadline, hasDeadline := ctx.Deadline()
-	now := time.Now()
-	gateWait := s.gate.PredictWait() // as admit predicts an image's wait
+	calls, n := int64(s.opts.DecodeQueue+s.opts.DecodeWorkers), 0 // the calls' bound (below)
 	for _, vs := range t.byName {
 		for _, m := range vs {
 			n++
-			only = m
 			calls += m.queueCap
-			if m.pending.Load() < m.queueCap {
-				queued = false
+		}
+	}
+	if n == 0 {
+		return "", "noModel", nil
+	}
+	if s.grpcCalls.Load() >= calls {
+		// grpc-go reads a call's whole message before the pipeline sees it: the calls in flight
+		// are bounded by what the queues can hold, so that the messages of calls a queue would
+		// refuse are not received (the memory budget charges them only once received).
+		return refused(nil, s.opts.QueueFullStatus, refuseQueue, reasonQueueFull,
+			fmt.Sprintf("gateway: queue full: %d ModelInfer calls in flight, what the decode and model queues hold", calls))
+	}
+	callDeadline, hasDeadline := ctx.Deadline()
+	var first admit.Verdict
+	var on *model
+	for _, vs := range t.byName {
+		for _, m := range vs {
+			deadline := now.Add(m.defaultTimeout)
+			if hasDeadline && callDeadline.Before(deadline) {
+				deadline = callDeadline
 			}
-			if _, over := s.overQueueTarget(m, 0, true, now); !over {
-				timed = false
+			v := s.adm.Door(s.ask(m, now, deadline, -1, 0, true))
+			if v.Refusal == admit.Admit {
+				return "", "", nil
 			}
-			pred, _ := m.impl.predict(0)
-			pred += gateWait
-			if !hasDeadline || !now.Add(pred+pred/admit.Headroom).After(deadline) {
-				late = false
+			if on == nil {
+				first, on = v, m
 			}
 		}
 	}
-	if n != 1 {
-		only = nil
+	err = s.doorError(on, first)
+	code, reason := s.classify(err)
+	msg := err.Error()
+	if n > 1 {
+		msg = "no model can take the call: " + msg
+		on = nil
 	}
-	var stage, reason, msg string
-	switch waiting, _ := s.gate.Stats(); {
-	case n == 0:
-		return ctx, nil // answered NOT_FOUND once its model is read
-	case s.grpcCalls.Load() >= calls:
-		// grpc-go reads a call's whole message before the pipeline sees it: the calls in
-		// flight are bounded by what the queues can hold, so that the messages of calls a
-		// queue would refuse are not received (the memory budget charges them only once
-		// received).
-		stage, reason, msg = refuseQueue, reasonQueueFull, fmt.Sprintf("gateway: queue full: %d ModelInfer calls in flight, what the decode and model queues hold", calls)
-	case waiting >= s.opts.DecodeQueue:
-		stage, reason, msg = refuseDecodeQueue, reasonOverloaded, fmt.Sprintf("gateway: overloaded: %d requests wait for a decode worker (server.decode_queue)", waiting)
-	case queued:
-		stage, reason, msg = refuseQueue, reasonQueueFull, "gateway: queue full: every model's queue is full (batching.max_queue_size)"
-	case timed:
-		stage, reason, msg = refuseQueueTime, reasonQueueFull, "gateway: queue full: every model's line is predicted to wait past its batching.queue_target"
-	case late:
-		stage, reason, msg = refuseDeadline, reasonShed, "gateway: would miss its deadline: no model is predicted to answer before the call's deadline"
-	default:
-		s.grpcCalls.Add(1)
-		// A call whose message has not arrived within server.read_timeout is cancelled, as
-		// HTTP's read timeout ends a body that does not come: a stalled call would hold its
-		// place in the bound above forever. ModelInfer stops the timer once the message is read.
-		ctx, cancel := context.WithCancel(ctx)
-		timer := time.AfterFunc(s.opts.ReadTimeout, cancel)
-		context.AfterFunc(ctx, func() { timer.Stop(); s.grpcCalls.Add(-1) }) // the call's context ends with it
-		return context.WithValue(ctx, readTimerKey{}, timer), nil
-	}
-	s.met.refusals[stage].Inc()
-	code := http.StatusServiceUnavailable
-	if reason == reasonQueueFull {
-		code = s.opts.QueueFullStatus // as classify counts it
-	}
-	if only != nil {
-		only.met.req.Observe(code, reason, 0)
-	} else {
-		s.met.unknown.Observe(code, reason, 0)
-	}
-	return ctx, status.Error(codes.Unavailable, msg)
+	return refused(on, code, doorStages[first.Refusal], reason, msg)
 }
 
-// readTimerKey keys a ModelInfer call's read timer in its context (grpcTap).
-type readTimerKey struct{}
+// tapAdmit returns an admitted call's context: the call is counted in the calls' bound, and
+// among the decode line's incoming requests until its pipeline reaches the decode gate, while
+// it lasts; a call whose message has not arrived within server.read_timeout is cancelled, as
+// HTTP's read timeout ends a body that does not come (a stalled call would hold its place in
+// the bound forever). ModelInfer stops the timer once the message is read.
+func (s *Server) tapAdmit(ctx context.Context, now time.Time) context.Context {
+	s.grpcCalls.Add(1)
+	tc := &tapped{}
+	tc.ticket.Store(int64(s.adm.Gate.Admitted(now)))
+	ctx, cancel := context.WithCancel(ctx)
+	tc.timer = time.AfterFunc(s.opts.ReadTimeout, cancel)
+	context.AfterFunc(ctx, func() { // the call's context ends with it
+		tc.timer.Stop()
+		s.adm.Gate.Arrived(tc.take())
+		s.grpcCalls.Add(-1)
+	})
+	return context.WithValue(ctx, tappedKey{}, tc)
+}
+
+// tapped is what grpcTap hands an admitted call: its read timer, and its place among the
+// decode line's incoming requests until the pipeline takes it.
+type tapped struct {
+	timer  *time.Timer
+	ticket atomic.Int64 // an admit.Ticket
+}
+
+// take hands over the call's incoming ticket, once.
+func (t *tapped) take() admit.Ticket { return admit.Ticket(t.ticket.Swap(0)) }
+
+// tappedKey keys a ModelInfer call's tapped in its context (grpcTap).
+type tappedKey struct{}
 
 // handoffWait bounds the wait for grpc-go to take up the connections left in a stopping
 // listener's backlog (it accepts and reads them at once unless the machine stalls).
@@ -169,33 +201,20 @@ const handoffWait = 200 * time.Millisecond
 // grpcModelInfer is ModelInfer's full method name.
 const grpcModelInfer = "/inference.GRPCInferenceService/ModelInfer"
 
-// stopGRPC starts the gRPC servers' graceful stop and tells the streams to stop taking
-// requests. Each listener stops first and hands its backlog to its server (grpc-go closes the
-// connections it accepts once stopping: a client's call written on a connection still queued
-// would get a reset), then GracefulStop sends the clients a GOAWAY and answers every call.
-func (s *Server) stopGRPC() {
-	s.lnMu.Lock()
-	defer s.lnMu.Unlock()
-	if s.grpcClosed {
-		return
-	}
-	s.grpcClosed = true
-	close(s.grpcStop)
-	for _, g := range s.grpcs {
-		go func() {
-			g.ln.Stop(handoffWait)
-			g.srv.GracefulStop()
-			close(g.stopped)
-		}()
-	}
+// stop stops the gRPC server gracefully (the lifecycle's closing phase): its listener stops
+// first and hands its backlog to grpc-go (which closes the connections it accepts once
+// stopping: a client's call written on a connection still queued would get a reset), then
+// GracefulStop sends the clients a GOAWAY and answers every call.
+func (g *grpcServing) stop() {
+	g.ln.Stop(handoffWait)
+	g.srv.GracefulStop()
+	close(g.stopped)
 }
 
 // waitGRPC waits for the gRPC servers' graceful stop (every call answered), wait at most;
 // what is still open then is closed.
 func (s *Server) waitGRPC(wait time.Duration) {
-	s.lnMu.Lock()
-	gs := s.grpcs
-	s.lnMu.Unlock()
+	gs := s.grpcServers()
 	end, cancel := context.WithTimeout(context.Background(), wait) // stays done for every server
 	defer cancel()
 	for _, g := range gs {
@@ -221,7 +240,7 @@ func (g *grpcService) ServerLive(context.Context, *inference.ServerLiveRequest) 
 }
 
 func (g *grpcService) ServerReady(context.Context, *inference.ServerReadyRequest) (*inference.ServerReadyResponse, error) {
-	return &inference.ServerReadyResponse{Ready: g.s.ready.Load()}, nil
+	return &inference.ServerReadyResponse{Ready: g.s.ready()}, nil
 }
 
 func (g *grpcService) ServerMetadata(context.Context, *inference.ServerMetadataRequest) (*inference.ServerMetadataResponse, error) {
@@ -258,7 +277,7 @@ func (g *grpcService) ModelReady(ctx context.Context, req *inference.ModelReadyR
 		return nil, err
 	}
 	defer m.done()
-	return &inference.ModelReadyResponse{Ready: g.s.ready.Load() && !m.closing.Load()}, nil
+	return &inference.ModelReadyResponse{Ready: g.s.ready() && !m.closing.Load()}, nil
 }
 
 func (g *grpcService) ModelMetadata(ctx context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
@@ -283,12 +302,14 @@ func (g *grpcService) ModelConfig(ctx context.Context, req *inference.ModelConfi
 }
 
 func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
-	if t, ok := ctx.Value(readTimerKey{}).(*time.Timer); ok {
-		t.Stop() // the message is read (grpcTap)
+	var ticket admit.Ticket
+	if tc, ok := ctx.Value(tappedKey{}).(*tapped); ok {
+		tc.timer.Stop() // the message is read (grpcTap)
+		ticket = tc.take()
 	}
 	defer g.codec.Release(req) // answered: nothing reads its images any more
 	md, _ := metadata.FromIncomingContext(ctx)
-	return g.s.grpcInfer(ctx, req, md, false)
+	return g.s.grpcInfer(ctx, req, md, false, ticket)
 }
 
 // ModelStreamInfer answers each request of the stream on it, with its id, as its answer is
@@ -297,9 +318,9 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferR
 // when the server drains.
 func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelStreamInferServer) error {
 	md, _ := metadata.FromIncomingContext(st.Context())
-	return grpcapi.Stream(st, g.s.grpcStop, func(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	return grpcapi.Stream(st, g.s.life.stop, func(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
 		defer g.codec.Release(req)
-		return g.s.grpcInfer(ctx, req, md, true)
+		return g.s.grpcInfer(ctx, req, md, true, 0)
 	}, g.codec.Release)
 }
 
@@ -380,10 +401,10 @@ func (s *Server) repositoryCall(action, name string, do func(string) error) erro
 }
 
 // grpcHealthy is what the health service answers: SERVING while the server is ready (a model
-// loaded and warm), live (the watchdog) and not draining; NOT_SERVING otherwise.
+// loaded and warm, no drain begun) and live (the watchdog); NOT_SERVING otherwise.
 func (s *Server) grpcHealthy() bool {
 	live, _ := s.Live()
-	return live && s.ready.Load() && !s.draining.Load()
+	return live && s.ready()
 }
 
 // ModelStatistics answers Triton's statistics extension from the same counters as HTTP's

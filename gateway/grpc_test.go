@@ -456,10 +456,8 @@ func TestGRPCStream(t *testing.T) {
 
 // grpcHeld counts the message buffers s's gRPC servers have not released.
 func grpcHeld(s *Server) int {
-	s.lnMu.Lock()
-	defer s.lnMu.Unlock()
 	n := 0
-	for _, g := range s.grpcs {
+	for _, g := range s.grpcServers() {
 		n += g.codec.Held()
 	}
 	return n

@@ -74,8 +74,17 @@ func (t *httpTransport) fail(r *request, status int, msg string, retry bool) {
 	if retry {
 		t.fc.Response.Header.Set("Retry-After", r.s.retryAfter)
 	}
+	if r.meta.refusal != "" {
+		t.fc.Response.Header.Set(headerRefusal, r.meta.refusal)
+	}
 	writeError(t.fc, status, msg)
 }
+
+// headerRefusal tells a client how its request was refused under load: the stage that refused it
+// at once (queue, queue_time, memory, decode_queue, deadline), or "expired" when it was dropped
+// after waiting in line (the access log's refusal value). A load generator tells the two apart
+// with it.
+const headerRefusal = "X-Refusal"
 
 // abandon closes the connection without a response.
 func (t *httpTransport) abandon(*request) {
@@ -185,7 +194,7 @@ func (t *httpTransport) readBody(r *request) error {
 		r.bodyBad = !errors.Is(err, errOverloaded) && !errors.Is(err, errTooLarge)
 		var ne net.Error
 		switch {
-		case s.aborted.Load():
+		case s.phase() >= phaseAborting:
 			return fmt.Errorf("%w: the server stopped reading bodies (server.shutdown_timeout)", errDraining)
 		case errors.As(err, &ne) && ne.Timeout():
 			return fmt.Errorf("%w (server.read_timeout %v)", errReadTimeout, s.opts.ReadTimeout)

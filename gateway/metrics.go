@@ -23,13 +23,15 @@ import (
 
 // metricsRegistry holds every series of a server.
 type metricsRegistry struct {
-	set       *metrics.Set
-	mu        sync.Mutex
-	models    map[string]*modelMetrics // by labels
-	unknown   *metricset.Requests      // requests for models that do not exist
-	refusals  map[string]*metrics.Counter
-	reloads   map[bool]*metrics.Counter // by success
-	instances atomic.Int64              // runners (sessions) of the model generations alive
+	set         *metrics.Set
+	mu          sync.Mutex
+	models      map[string]*modelMetrics // by labels
+	unknown     *metricset.Requests      // requests for models that do not exist
+	refusals    map[string]*metrics.Counter
+	expired     map[string]*metrics.Counter  // waiters for a decode worker dropped after their wait, by reason
+	doorLatency *metrics.PrometheusHistogram // refusals at the door: arrival to answer
+	reloads     map[bool]*metrics.Counter    // by success
+	instances   atomic.Int64                 // runners (sessions) of the model generations alive
 }
 
 // loadFailure counts a model version that failed to load.
@@ -43,6 +45,11 @@ func newMetricsRegistry() *metricsRegistry {
 	for _, st := range []string{refuseQueue, refuseQueueTime, refuseMemory, refuseDecodeQueue, refuseDeadline, refuseConnections} {
 		r.refusals[st] = r.set.NewCounter(fmt.Sprintf(`gateway_refusals_total{stage=%q}`, st))
 	}
+	r.expired = map[string]*metrics.Counter{}
+	for _, reason := range []string{expiredTarget, expiredDeadline, expiredMemory} {
+		r.expired[reason] = r.set.NewCounter(fmt.Sprintf(`gateway_decode_expired_total{reason=%q}`, reason))
+	}
+	r.doorLatency = r.set.NewPrometheusHistogramExt("gateway_refusal_duration_seconds", metricset.RefusalBuckets)
 	r.reloads = map[bool]*metrics.Counter{
 		true:  r.set.NewCounter(`gateway_reloads_total{result="ok"}`),
 		false: r.set.NewCounter(`gateway_reloads_total{result="failed"}`),
@@ -80,8 +87,13 @@ type modelMetrics struct {
 	batchItems  *metrics.Counter
 	batchErrors *metrics.Counter
 	hungRuns    *metrics.Counter
-	dropped     map[batcher.DropReason]*metrics.Counter
+	dropped     map[string]*metrics.Counter // gateway_queue_dropped_total, by reason
+	curve       map[int]bool                // batch sizes whose measured cost has a series
 }
+
+// dropQueueTime is gateway_queue_dropped_total's reason for a sample refused before the
+// batcher's queue for its queue target (admission's, beside the batcher's own reasons).
+const dropQueueTime = "queue_time"
 
 // model returns a model version's series, registering them for its first generation.
 func (r *metricsRegistry) model(m *model) *modelMetrics {
@@ -90,9 +102,10 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	labels := fmt.Sprintf(`model=%q,version=%q`, m.name, m.version)
 	if mm := r.models[labels]; mm != nil {
 		mm.gens++
+		r.curveGauges(mm, m)
 		return mm
 	}
-	mm := &modelMetrics{key: labels, gens: 1, dropped: map[batcher.DropReason]*metrics.Counter{}}
+	mm := &modelMetrics{key: labels, gens: 1, dropped: map[string]*metrics.Counter{}, curve: map[int]bool{}}
 	mm.cur.Store(m)
 	r.models[labels] = mm
 	set := r.set
@@ -106,8 +119,8 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 	mm.batchItems = set.NewCounter("gateway_batch_items_total" + l)
 	mm.batchErrors = set.NewCounter("gateway_batch_errors_total" + l)
 	mm.hungRuns = set.NewCounter("gateway_hung_runs_total" + l)
-	for _, d := range []batcher.DropReason{batcher.DropCanceled, batcher.DropExpired, batcher.DropShed, batcher.DropQueueFull, batcher.DropClosed, batcher.DropQueueTime} {
-		mm.dropped[d] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{%s,reason=%q}`, labels, d.String()))
+	for _, d := range []string{batcher.DropCanceled.String(), batcher.DropExpired.String(), batcher.DropShed.String(), batcher.DropQueueFull.String(), batcher.DropClosed.String(), dropQueueTime} {
+		mm.dropped[d] = set.NewCounter(fmt.Sprintf(`gateway_queue_dropped_total{%s,reason=%q}`, labels, d))
 	}
 	gauge := func(name string, f func(m *model) float64) {
 		set.NewGauge(name+l, func() float64 {
@@ -130,7 +143,33 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 			mm.names = append(mm.names, n)
 		}
 	}
+	r.curveGauges(mm, m)
 	return mm
+}
+
+// curveGauges adds a series for each batch size of m's measured batch curve that has none yet
+// (a later generation of the version may have measured other sizes); each reads the
+// generation serving, 0 where it measured no such size. Under r.mu.
+func (r *metricsRegistry) curveGauges(mm *modelMetrics, m *model) {
+	for _, c := range m.batchCurve {
+		if mm.curve[c.Batch] {
+			continue
+		}
+		mm.curve[c.Batch] = true
+		name := fmt.Sprintf(`gateway_batch_run_per_image_seconds{%s,batch="%d"}`, mm.key, c.Batch)
+		batch := c.Batch
+		r.set.NewGauge(name, func() float64 {
+			if m := mm.cur.Load(); m != nil {
+				for _, c := range m.batchCurve {
+					if c.Batch == batch {
+						return c.PerImage.Seconds()
+					}
+				}
+			}
+			return 0
+		})
+		mm.names = append(mm.names, name)
+	}
 }
 
 // serving makes m the generation its version's gauges read.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,8 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/batcher"
-	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/sched"
 	"github.com/imagegate/imagegate/gateway/internal/stats"
 	"github.com/imagegate/imagegate/gateway/internal/watchdog"
@@ -26,13 +27,16 @@ import (
 type model struct {
 	name, version  string
 	labels         []string
-	classes        int
+	classes        int // values per sample of the scores (a classifier's output: outputs[0])
+	outputs        []Output
 	rowLen         int
 	elemSize       int    // bytes per input value
 	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
 	inputName      string
-	outputName     string
+	outputName     string            // outputs[0]'s
 	parameters     map[string]string // ModelOptions.Parameters
+	batchCurve     []BatchCost       // ModelOptions.BatchCurve
+	config         *inference.ModelConfig // ModelOptions.Config
 	shape          []int64           // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
@@ -80,7 +84,8 @@ type modelImpl interface {
 	close(ctx context.Context) error
 }
 
-// sampleSet is one request's samples: an input row and a score row each.
+// sampleSet is one request's samples: an input row each, and its values of each of the model's
+// outputs.
 type sampleSet interface {
 	len() int
 	// decode preprocesses an encoded image into sample i's row (samples for images).
@@ -90,14 +95,19 @@ type sampleSet interface {
 	tensorJSON(data []byte) error
 	// tensorBinary fills every row from raw little-endian tensor data.
 	tensorBinary(raw []byte) error
-	// submit runs every sample (they may share batches) and waits for their scores; span is
+	// submit runs every sample (they may share batches) and waits for their outputs; span is
 	// the request's span context (zero: not traced), which their batches' spans link.
 	submit(ctx context.Context, priority int, span trace.SpanContext) error
-	scores(i int) []float32
+	// output is sample i's values of the model's output k (its shape: model.outputs[k]),
+	// valid until release.
+	output(i, k int) []float32
 	// stage is what sample i's submission and batch run tell (set by submit).
 	stage(i int) *sampleStage
 	release()
 }
+
+// scoresOutput is the output a classifier answers with: its first, the scores, one per label.
+const scoresOutput = 0
 
 // sampleStage is what a sample's submission and batch run tell its request: when it was
 // submitted, when its batch ran and its size, how the run's time divides (filling the input
@@ -124,20 +134,24 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	}
 	po := pre.Options()
 	m := &model{
-		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName, outputName: o.OutputName,
+		name: o.Name, version: o.Version, labels: o.Labels, inputName: o.InputName,
 		pre: pre, defaultTimeout: o.DefaultTimeout, maxBatch: o.Batching.MaxBatchSize, release: o.Release,
-		idle: make(chan struct{}), parameters: o.Parameters, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
+		idle: make(chan struct{}), parameters: o.Parameters, config: o.Config, tracer: s.tracer, dog: s.dog, spanName: "infer " + o.Name,
+		batchCurve: o.BatchCurve,
 	}
 	m.shape = []int64{3, int64(po.Height), int64(po.Width)}
 	if po.Layout == preprocess.NHWC {
 		m.shape = []int64{int64(po.Height), int64(po.Width), 3}
 	}
+	// What differs between the input's element types is how an image becomes a row: decoded
+	// into float32 values (kept as the resampler's bytes until the run expands them), or into
+	// the bytes a uint8 model takes as they are.
 	switch r := o.Runners.(type) {
 	case RunnersOf[float32]:
-		m.impl, err = newTypedModel(m, r, o, threads)
+		m.impl, err = newTypedModel(m, r, o, threads, elemCodec[float32]{decode: pre.ProcessContext, expand: pre.Expand})
 		m.elemSize, m.datatype = 4, "FP32"
 	case RunnersOf[uint8]:
-		m.impl, err = newTypedModel(m, r, o, threads)
+		m.impl, err = newTypedModel(m, r, o, threads, elemCodec[uint8]{decode: pre.ProcessUint8Context})
 		m.elemSize, m.datatype = 1, "UINT8"
 	default:
 		err = errors.New("no runners")
@@ -146,7 +160,7 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 		return nil, fmt.Errorf("gateway: model %s: %w", o.Name, err)
 	}
 	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
-	m.queueTarget = o.Batching.QueueTarget
+	m.queueTarget = o.QueueTarget
 	m.met = met.model(m)
 	m.stats = stats.New(m.maxBatch)
 	met.instances.Add(int64(m.instances))
@@ -234,61 +248,97 @@ func (m *model) doClose(ctx context.Context, met *metricsRegistry) error {
 	return err
 }
 
-// typedModel is a model whose input elements are T.
+// typedModel is a model whose input elements are T: one implementation for both element
+// types, what differs between them being its elemCodec.
 type typedModel[T Elem] struct {
 	m       *model
 	threads *sched.Threads
 	runners []Runner[T]
+	codec   elemCodec[T]
 	b       *batcher.Batcher[*job[T], struct{}]
-	jobs    sync.Pool // jobs with a row of T: tensor data, and images of a uint8 model
-	images  sync.Pool // a float32 model's jobs for images: a row of bytes
+	jobs    sync.Pool // jobs with a row of T: tensor data, and images when the codec has no expand
+	images  sync.Pool // jobs for images kept as bytes (px), expanded by the run
 	sets    sync.Pool
 }
 
-// job is one sample's pooled memory: its input row and its scores. Both are fully written
-// before they are read (the row by a decode or a tensor fill, the scores by the run), so
-// nothing of an earlier request survives in them. A float32 model's image is kept as bytes
-// (px, a quarter of the memory of a float32 row) and expanded into the input tensor when its
-// batch runs; row is nil then.
-type job[T Elem] struct {
-	row    []T
-	px     []uint8
-	scores []float32
-	st     sampleStage // set by submit and the run
+// elemCodec is how an image becomes an input row of T: decode writes the row; expand, when set,
+// writes it at run time from the bytes an image was decoded into (a float32 row from its
+// 0..255 values, a quarter of the memory while it waits), and images are then decoded into
+// bytes.
+type elemCodec[T Elem] struct {
+	decode func(ctx context.Context, img []byte, row []T) error
+	expand func(dst []T, px []uint8) error
 }
 
-func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threads *sched.Threads) (*typedModel[T], error) {
+// job is one sample's pooled memory: its input row and its values of each output. Both are
+// fully written before they are read (the row by a decode or a tensor fill, the outputs by the
+// run), so nothing of an earlier request survives in them. An image of a model whose codec
+// expands is kept as bytes (px) and expanded into the input tensor when its batch runs; row is
+// nil then.
+type job[T Elem] struct {
+	row  []T
+	px   []uint8
+	outs [][]float32 // by output, each its per-sample size
+	st   sampleStage // set by submit and the run
+}
+
+// newJob returns a job with a row of T, or of bytes for an image to expand (px), and room
+// for each output's values (one allocation).
+func (t *typedModel[T]) newJob(px bool) *job[T] {
+	m := t.m
+	j := &job[T]{outs: make([][]float32, len(m.outputs))}
+	if px {
+		j.px = make([]uint8, m.rowLen)
+	} else {
+		j.row = make([]T, m.rowLen)
+	}
+	total := 0
+	for _, o := range m.outputs {
+		total += o.Size()
+	}
+	vals := make([]float32, total)
+	for k, o := range m.outputs {
+		j.outs[k], vals = vals[:o.Size():o.Size()], vals[o.Size():]
+	}
+	return j
+}
+
+func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threads *sched.Threads, codec elemCodec[T]) (*typedModel[T], error) {
 	if len(runners) == 0 {
 		return nil, errors.New("no runner")
 	}
 	r0 := runners[0]
+	outs := r0.Outputs()
 	for i, r := range runners {
-		if r.Classes() != r0.Classes() || r.RowLen() != r0.RowLen() || r.MaxBatchSize() < o.Batching.MaxBatchSize {
+		if !sameOutputs(r.Outputs(), outs) || r.RowLen() != r0.RowLen() || r.MaxBatchSize() < o.Batching.MaxBatchSize {
 			return nil, fmt.Errorf("runner %d does not match runner 0 or holds fewer than max_batch_size rows", i)
 		}
 	}
-	if len(o.Labels) != r0.Classes() {
-		return nil, fmt.Errorf("%d labels, but the model's output has %d classes", len(o.Labels), r0.Classes())
+	if len(outs) == 0 {
+		return nil, errors.New("the model has no output")
+	}
+	for _, out := range outs {
+		if out.Size() <= 0 {
+			return nil, fmt.Errorf("output %q has per-sample shape %v: every dimension but the batch must be known", out.Name, out.Shape)
+		}
+	}
+	// A classifier: its first output is the scores, one per label.
+	if classes := outs[0].Size(); len(o.Labels) != classes {
+		return nil, fmt.Errorf("%d labels, but the model's output has %d classes", len(o.Labels), classes)
 	}
 	if m.pre.SlotLen() != r0.RowLen() {
 		return nil, fmt.Errorf("preprocessing gives %d values per image, the model's input row holds %d (check input.width/height)",
 			m.pre.SlotLen(), r0.RowLen())
 	}
-	m.classes, m.rowLen, m.instances = r0.Classes(), r0.RowLen(), len(runners)
+	m.outputs, m.outputName, m.classes = outs, outs[0].Name, outs[0].Size()
+	m.rowLen, m.instances = r0.RowLen(), len(runners)
 	m.watch.Init(len(runners))
-	t := &typedModel[T]{m: m, threads: threads, runners: runners}
-	t.jobs.New = func() any { return &job[T]{row: make([]T, m.rowLen), scores: make([]float32, m.classes)} }
-	if _, ok := any(*new(T)).(uint8); ok {
-		t.images.New = t.jobs.New
-	} else {
-		t.images.New = func() any { return &job[T]{px: make([]uint8, m.rowLen), scores: make([]float32, m.classes)} }
-	}
+	t := &typedModel[T]{m: m, threads: threads, runners: runners, codec: codec}
+	t.jobs.New = func() any { return t.newJob(false) }
+	t.images.New = func() any { return t.newJob(codec.expand != nil) }
 	t.sets.New = func() any { return &samplesOf[T]{t: t} }
 	bc := o.Batching
 	bc.Instances = len(runners)
-	if bc.QueueFloor == 0 {
-		bc.QueueFloor = admit.QueueFloor
-	}
 	if bc.StartLoop == nil {
 		// Model runs go after the threads that accept, refuse and answer, and before decodes.
 		bc.StartLoop = threads.ModelLoop
@@ -305,7 +355,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 			}
 		},
 		Dropped: func(r batcher.DropReason) {
-			if c := m.met.dropped[r]; c != nil {
+			if c := m.met.dropped[r.String()]; c != nil {
 				c.Inc()
 			}
 		},
@@ -319,7 +369,7 @@ func newTypedModel[T Elem](m *model, runners RunnersOf[T], o ModelOptions, threa
 }
 
 // run is the batcher's run function: it stacks the jobs' rows into the instance's input
-// tensor, runs it once and copies each job's scores back. It tells each job when its batch
+// tensor, runs it once and copies each job's values of each output back. It tells each job when its batch
 // ran (its stage times, the batch span), the watchdog when a run starts and ends, and the
 // model's statistics how long its three steps took.
 func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err error) {
@@ -360,23 +410,25 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 			copy(r.Input(i), j.row)
 			continue
 		}
-		if err := t.m.pre.Expand(any(r.Input(i)).([]float32), j.px); err != nil {
+		if err := t.codec.expand(r.Input(i), j.px); err != nil {
 			return err
 		}
 	}
 	filled = time.Now()
-	var scores []float32
+	var outs [][]float32
 	err = t.threads.CPUBound(func() (err error) {
-		scores, err = r.Run(len(jobs))
+		outs, err = r.Run(len(jobs))
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	inferred = time.Now()
-	k := t.m.classes
-	for i, j := range jobs {
-		copy(j.scores, scores[i*k:(i+1)*k])
+	for k, out := range outs {
+		size := len(jobs[0].outs[k])
+		for i, j := range jobs {
+			copy(j.outs[k], out[i*size:(i+1)*size])
+		}
 	}
 	return nil
 }
@@ -433,13 +485,7 @@ func (s *samplesOf[T]) decode(ctx context.Context, i int, img []byte) error {
 	if px := s.jobs[i].px; px != nil {
 		return s.t.m.pre.ProcessUint8Context(ctx, img, px)
 	}
-	switch row := any(s.jobs[i].row).(type) {
-	case []float32:
-		return s.t.m.pre.ProcessContext(ctx, img, row)
-	case []uint8:
-		return s.t.m.pre.ProcessUint8Context(ctx, img, row)
-	}
-	panic("unreachable")
+	return s.t.codec.decode(ctx, img, s.jobs[i].row)
 }
 
 func (s *samplesOf[T]) tensorJSON(data []byte) error {
@@ -491,7 +537,7 @@ func (s *samplesOf[T]) submit(ctx context.Context, priority int, span trace.Span
 	return first
 }
 
-func (s *samplesOf[T]) scores(i int) []float32 { return s.jobs[i].scores }
+func (s *samplesOf[T]) output(i, k int) []float32 { return s.jobs[i].outs[k] }
 
 func (s *samplesOf[T]) stage(i int) *sampleStage { return &s.jobs[i].st }
 
@@ -505,6 +551,11 @@ func (s *samplesOf[T]) release() {
 	clear(s.errs)
 	s.errs = s.errs[:0]
 	s.t.sets.Put(s)
+}
+
+// sameOutputs reports whether two runners' outputs are alike: names and per-sample shapes.
+func sameOutputs(a, b []Output) bool {
+	return slices.EqualFunc(a, b, func(x, y Output) bool { return x.Name == y.Name && slices.Equal(x.Shape, y.Shape) })
 }
 
 // versionNumber orders versions: numeric ones by value, others after them by name.

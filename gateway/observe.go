@@ -74,7 +74,8 @@ type requestMeta struct {
 	id      [maxRequestID]byte
 	idLen   uint8
 	stages  stageTimes
-	refusal string            // the refusal stage when the request was refused at once (gateway_refusals_total's)
+	refusal string            // its refusal: the stage when refused at once (gateway_refusals_total's), or "expired"
+	door    bool              // refused at the door (gateway_refusal_duration_seconds times its answer)
 	stage   string            // the pipeline stage the request is in (where it failed, if it did)
 	parent  trace.SpanContext // the client's trace context (traceparent, tracestate); zero: none
 	span    trace.Span        // the request's server span; nil: not traced

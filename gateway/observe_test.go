@@ -209,7 +209,9 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
-// TestAccessLogNamesTheRefusal: a request refused at once says which bound refused it.
+// TestAccessLogNamesTheRefusal: a request refused at once says which bound refused it, in the
+// access log and to its client (X-Refusal). The memory budget that cannot hold a body's first
+// bytes refuses it at the door, before any of it is read.
 func TestAccessLogNamesTheRefusal(t *testing.T) {
 	var w syncBuffer
 	o := testOptions()
@@ -218,17 +220,20 @@ func TestAccessLogNamesTheRefusal(t *testing.T) {
 	o.MaxBodyBytes = 1 << 20
 	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 	held := int64(o.MaxInflightBytes) - 1000
-	if !ts.s.mem.Reserve(held) {
+	if !ts.s.adm.Mem.Reserve(held) {
 		t.Fatal("cannot hold the budget")
 	}
 	a := ts.do("POST", "/predict/", "image/png", noisePNG(t, 64, 64))
-	ts.s.mem.Release(held)
+	ts.s.adm.Mem.Release(held)
 	if a.status != 503 {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
 	l := w.lines(t)[0]
-	if l["reason"] != "overloaded" || l["refusal"] != "memory" || l["stage"] != "read" {
+	if l["reason"] != "overloaded" || l["refusal"] != "memory" || l["stage"] != "admit" {
 		t.Fatalf("%v", l)
+	}
+	if h := a.header["X-Refusal"]; h != "memory" {
+		t.Fatalf("X-Refusal: %q, want memory", h)
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/imagegate/imagegate/api/inference"
 	"github.com/imagegate/imagegate/batcher"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
 )
 
@@ -37,10 +39,12 @@ type Options struct {
 	// once (503). Requests that could not be decoded and run before their deadline are
 	// refused on arrival and dropped from the queue instead of being decoded.
 	DecodeQueue int
-	// QueueDiscipline is how the decode queue keeps to each model's queue target
-	// (Batching.QueueTarget): "predict" (the zero value) refuses a request on its headers when
-	// its predicted wait exceeds the target; "codel" queues it and, once the queue stands
-	// above the target, serves the newest first and sheds the waiters past the target.
+	// QueueDiscipline is how the line keeps to each model's queue target
+	// (ModelOptions.QueueTarget), beyond the floor of a closed loop's line (admit.Floor):
+	// "lifo" (the zero value) takes a line longer than the floor for a spike and, during it,
+	// admits a short line, serves the newest first and drops the waiters past the target;
+	// "predict" refuses a request on its headers when its predicted wait exceeds the target
+	// once the line stands (admit.Discipline).
 	QueueDiscipline string
 	// MaxConnections bounds open connections. At the limit the longest-idle keep-alive
 	// connection is closed to admit a new one; when none is idle, a new connection is
@@ -54,6 +58,11 @@ type Options struct {
 	// AdminToken, when set, is required as "Authorization: Bearer <token>" by the admin API
 	// (ServeAdmin), which is then also served on the public listener to requests carrying it.
 	AdminToken string
+	// Console is where the console in the browser is served, at /ui/ (console.go):
+	// ConsoleAdmin (the zero value) on the admin listener (ServeAdmin), which then also
+	// serves what its Try it calls (model metadata and inference, through the same pipeline
+	// as the public listener); ConsolePublic on the public listener too; ConsoleOff nowhere.
+	Console string
 	// Log receives the server's log lines (nil: slog.Default()).
 	Log *slog.Logger
 	// AccessLog, when not nil, receives one line per request (access.go): every failed one,
@@ -89,10 +98,13 @@ func (o *Options) validate() error {
 	pos("DecodeWorkers", int64(o.DecodeWorkers))
 	pos("DecodeQueue", int64(o.DecodeQueue))
 	pos("MaxConnections", int64(o.MaxConnections))
-	switch o.QueueDiscipline {
-	case "", "predict", "codel":
+	if _, ok := admit.ParseDiscipline(o.QueueDiscipline); !ok {
+		errs = append(errs, fmt.Errorf("QueueDiscipline must be predict or lifo, got %q", o.QueueDiscipline))
+	}
+	switch o.Console {
+	case "", ConsoleAdmin, ConsolePublic, ConsoleOff:
 	default:
-		errs = append(errs, fmt.Errorf("QueueDiscipline must be predict or codel, got %q", o.QueueDiscipline))
+		errs = append(errs, fmt.Errorf("Console must be admin, public or off, got %q", o.Console))
 	}
 	if o.DrainDelay < 0 || o.RetryAfter < 0 {
 		errs = append(errs, errors.New("DrainDelay and RetryAfter must not be negative"))
@@ -120,16 +132,40 @@ func (o *Options) validate() error {
 type Elem interface{ float32 | uint8 }
 
 // Runner runs one instance of a model: a session with input rows to fill and a Run over the
-// first n of them. The gateway calls each Runner from one batch loop only; it need not be
-// safe for concurrent use.
+// first n of them that hands back each of the model's outputs. The gateway calls each Runner
+// from one batch loop only; it need not be safe for concurrent use.
 type Runner[T Elem] interface {
 	// Input returns row i (RowLen values) of the input buffer, to be filled before Run.
 	Input(i int) []T
-	// Run runs the first n rows and returns n*Classes scores, valid until the next Run.
-	Run(n int) ([]float32, error)
-	Classes() int
+	// Run runs the first n rows. It returns one slice per output, in Outputs' order, each
+	// holding the n samples' values one after another (sample i's are [i*size, (i+1)*size),
+	// size being Output.Size), valid until the next Run.
+	Run(n int) ([][]float32, error)
+	// Outputs describes the model's outputs: names and per-sample shapes. A classifier's
+	// first output is its scores, one per label.
+	Outputs() []Output
 	RowLen() int
 	MaxBatchSize() int
+}
+
+// Output is one of a model's output tensors: its name and one sample's shape (without the batch
+// axis: [1000] for a classifier's scores, [N, 4] for a detector's boxes).
+type Output struct {
+	Name  string
+	Shape []int64
+}
+
+// Size is the number of values of one sample (the product of Shape; 0 with an unknown
+// dimension).
+func (o Output) Size() int {
+	n := 1
+	for _, d := range o.Shape {
+		if d <= 0 {
+			return 0
+		}
+		n *= int(d)
+	}
+	return n
 }
 
 // Runners are a model's instances, one batch loop each: a RunnersOf[float32] or a
@@ -148,8 +184,9 @@ type ModelOptions struct {
 	Name, Version string
 	// Labels name the output classes, in index order.
 	Labels []string
-	// InputName and OutputName are the tensor names the Open Inference Protocol shows.
-	InputName, OutputName string
+	// InputName is the input tensor's name the Open Inference Protocol shows (the outputs'
+	// are the runners', Runner.Outputs).
+	InputName string
 	// Preprocess turns an encoded image into one input row (its Width, Height and Layout are
 	// the input's shape).
 	Preprocess preprocess.Options
@@ -157,6 +194,9 @@ type ModelOptions struct {
 	// batch loops run on model threads of their own (a niceness between the decodes' and the
 	// rest's) unless StartLoop is set.
 	Batching batcher.Config
+	// QueueTarget bounds the time a request may wait in line, for a decode worker and in the
+	// batcher, by Options.QueueDiscipline (0: no bound but its deadline).
+	QueueTarget time.Duration
 	// DefaultTimeout is a request's deadline; a request may only shorten it.
 	DefaultTimeout time.Duration
 	// Runners run the model, one batch loop each.
@@ -166,4 +206,19 @@ type ModelOptions struct {
 	// Parameters, optional, are shown as the parameters of GET /v2/models/{m}/config (how the
 	// model's settings were chosen).
 	Parameters map[string]string
+	// Config, optional, is the model's configuration in Triton's schema, answered as it is by
+	// GET /v2/models/{m}/config and the ModelConfig RPC (a model of a Triton model repository:
+	// its config.pbtxt as read, completed); nil: the gateway describes the model itself.
+	// The server keeps it and never changes it.
+	Config *inference.ModelConfig
+	// BatchCurve, optional, is the run time per image measured at each batch size when the
+	// model loaded, from which its Batching.MaxBatchSize was chosen (max_batch_size: auto);
+	// exported as metrics.
+	BatchCurve []BatchCost
+}
+
+// BatchCost is a model's run time per image measured at one batch size.
+type BatchCost struct {
+	Batch    int
+	PerImage time.Duration
 }

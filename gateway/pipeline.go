@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -25,17 +24,20 @@ import (
 // Each stage has one bound and one fast refusal, and every error goes through classify, the
 // one place that maps errors to a status and a metric reason:
 //
-//   - admit, before a body byte is read: the declared length against server.max_body_bytes
-//     (413); the model's queue (queue_full); the deadline against the predicted wait (shed);
-//     the first bytes of the body against the memory budget (overloaded).
+//   - admit, before a body byte is read: the door (admission.go, admit.Control.Door), the one
+//     admission decision every entry makes: the declared length against server.max_body_bytes
+//     (413); the model's queue by count and by time (queue_full); the decode queue and the
+//     memory budget (overloaded); the deadline against the predicted time (shed).
 //   - read body: bytes are taken from the memory budget as they arrive, never as declared;
 //     server.max_body_bytes as received and as decompressed; server.read_timeout (408).
 //   - parse: the front end checks every sample's size against the declared shapes before it
 //     keeps anything, admits the samples on the model's queue and takes their input rows
 //     from the budget.
 //   - decode: the decode gate (admit.DecodeGate): workers, a bounded queue, the image's decode
-//     memory from the budget, deadline-aware admission and dispatch.
-//   - queue, batch: the model's batcher (its queue bound and deadline shedding).
+//     memory from the budget, deadline-aware admission and dispatch, the queue target's
+//     discipline (a waiter may expire: dropped after its wait).
+//   - queue, batch: the model's batcher (its queue bound and deadline shedding; under the
+//     predict discipline, admit's bound on its wait).
 //   - answer: the front end writes the result; a failure is written by fail.
 //
 // A request's context carries its deadline and is cancelled when its client goes away
@@ -128,11 +130,11 @@ func (r *request) dropImage() {
 
 // reserve takes n more bytes of the memory budget for the request.
 func (r *request) reserve(n int64) error {
-	if r.held+n > r.s.mem.Limit() {
+	if r.held+n > r.s.adm.Mem.Limit() {
 		// Not even an idle server could hold this request: no retry helps.
-		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.mem.Limit())
+		return fmt.Errorf("%w: the request needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+n, r.s.adm.Mem.Limit())
 	}
-	if !r.s.mem.Reserve(n) {
+	if !r.s.adm.Mem.Reserve(n) {
 		r.refuse(refuseMemory)
 		return errMemory
 	}
@@ -172,7 +174,7 @@ func (s *Server) infer(r *request) {
 		if r.cancel != nil {
 			r.cancel(nil)
 		}
-		s.mem.Release(r.held)
+		s.adm.Mem.Release(r.held)
 		s.putRequest(r)
 		s.inflight.Add(-1)
 		s.inflightDone()
@@ -184,6 +186,10 @@ func (s *Server) infer(r *request) {
 		status, reason = s.fail(r, err)
 		if reason != reasonCanceled && !r.bodyDone {
 			r.t.discard(r, err)
+		}
+		if r.meta.door {
+			// Refused at the door: answered once what was sent of the body is dropped.
+			s.met.doorLatency.Update(time.Since(r.start).Seconds())
 		}
 	}
 	r.meta.stages.total = time.Since(r.start)
@@ -200,15 +206,16 @@ func (s *Server) infer(r *request) {
 func (s *Server) runPipeline(r *request) error {
 	// Admit: before a byte of the body is read.
 	r.meta.stage = stageAdmit
-	if err := s.admit(r); err != nil {
+	if err := s.door(r); err != nil {
 		return err
 	}
-	if r.fe.decodes() {
-		// In line for a decode worker from now on, as its body arrives.
-		r.incoming = s.gate.Admitted(r.start)
+	if r.fe.decodes() && r.incoming == 0 {
+		// In line for a decode worker from now on, as its body arrives (a gRPC call is from its
+		// admission at the tap, as its message arrives).
+		r.incoming = s.adm.Gate.Admitted(r.start)
 	}
 	// From here the request has a context: its deadline, its client leaving, a drain's end.
-	ctx, cancel := context.WithDeadline(s.abort, r.deadline)
+	ctx, cancel := context.WithDeadline(s.life.abort, r.deadline)
 	r.rctx, r.cancel = context.WithCancelCause(ctx)
 	cancelDeadline := r.cancel
 	r.cancel = func(cause error) { cancelDeadline(cause); cancel() }
@@ -233,16 +240,13 @@ func (s *Server) runPipeline(r *request) error {
 	}
 	// Queue and batch: the samples run in the model's batches.
 	r.meta.stage = stageQueue
+	if err := r.beforeQueue(); err != nil {
+		return err
+	}
 	err = r.samples.submit(r.rctx, r.priority, r.meta.sc)
 	r.sampleTimes()
 	if err != nil {
-		switch { // the batcher's own bounds, also at once
-		case errors.Is(err, batcher.ErrQueueFull):
-			r.refuse(refuseQueue)
-		case errors.Is(err, batcher.ErrQueueTime):
-			r.refuse(refuseQueueTime)
-		}
-		return err
+		return r.queueError(err)
 	}
 	// Answer (the front end, through the transport's response).
 	r.meta.stage = stageAnswer
@@ -283,69 +287,11 @@ func (r *request) sampleTimes() {
 	r.traceSamples()
 }
 
-// admit checks a request before any of its body is read.
-func (s *Server) admit(r *request) error {
-	if s.aborted.Load() {
-		return fmt.Errorf("%w: the server is shutting down", errDraining)
-	}
-	if err := r.t.options(r); err != nil {
-		return err
-	}
-	if n := r.t.declaredBytes(r); n > s.opts.MaxBodyBytes {
-		return fmt.Errorf("%w: the body declares %d bytes; server.max_body_bytes is %d", errBodyTooLarge, n, s.opts.MaxBodyBytes)
-	}
-	// The model's queue, without taking a place in it yet (the samples are admitted once the
-	// body is read: a slow client must not hold a place).
-	if p := r.m.pending.Load(); p >= r.m.queueCap {
-		r.refuse(refuseQueue)
-		return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, r.m.name, p)
-	}
-	// The deadline against the predicted wait: decode (queue and work, for a front end whose
-	// requests are images) and the model's batcher.
-	pred, _ := r.m.impl.predict(r.priority)
-	if r.fe.decodes() {
-		pred += s.gate.PredictWait()
-	}
-	// With the decode gate's headroom: a request refused here is refused in microseconds,
-	// before its body is read; one that passes and is refused later has spent its upload.
-	if need := pred + pred/admit.Headroom; r.start.Add(need).After(r.deadline) {
-		r.refuse(refuseDeadline)
-		return fmt.Errorf("%w: predicted to take %v, and a request is admitted only with %v of its deadline left (the prediction and half again); the deadline is in %v",
-			errShed, pred.Round(time.Millisecond), need.Round(time.Millisecond), r.deadline.Sub(r.start).Round(time.Millisecond))
-	}
-	// The queue bounded by time: the predicted wait in line (for a decode worker, the
-	// requests still reading their bodies counted, and in the batcher) against the model's
-	// queue target. Under the codel discipline the decode queue sheds after the wait instead.
-	if wait, over := s.overQueueTarget(r.m, r.priority, r.fe.decodes(), r.start); over {
-		r.refuse(refuseQueueTime)
-		return fmt.Errorf("%w: model %s: a request admitted now would wait about %v in line; batching.queue_target is %v",
-			errQueueFull, r.m.name, wait.Round(time.Millisecond), r.m.queueTarget)
-	}
-	return nil
-}
-
-// overQueueTarget reports whether a request for m arriving at now is refused for the model's
-// queue target (batching.queue_target, under the predict discipline), with its predicted wait
-// in line; decodes: the request waits for a decode worker too. Its arrival counts in whether
-// the line stands.
-func (s *Server) overQueueTarget(m *model, priority int, decodes bool, now time.Time) (time.Duration, bool) {
-	if m.queueTarget <= 0 || s.opts.QueueDiscipline == "codel" {
-		return 0, false
-	}
-	wait, _ := m.impl.predictWait(priority)
-	line := int(m.pending.Load())
-	if decodes {
-		wait += s.gate.QueueWait()
-		line = max(line, s.gate.Line())
-	}
-	return wait, s.gate.OverTarget(wait, m.queueTarget, line, now)
-}
-
 // leftIncoming takes the request out of the decode gate's incoming count (it reached the gate
 // or ended before).
 func (r *request) leftIncoming() {
 	if r.incoming != 0 {
-		r.s.gate.Arrived(r.incoming)
+		r.s.adm.Gate.Arrived(r.incoming)
 		r.incoming = 0
 	}
 }
@@ -422,34 +368,18 @@ func (r *request) decodeImageGated(i int, img []byte, got *time.Time) error {
 	if err != nil {
 		return err
 	}
-	if r.held+cost > s.mem.Limit() {
-		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.mem.Limit())
+	if r.held+cost > s.adm.Mem.Limit() {
+		return fmt.Errorf("%w: the request and its image's decode need %d bytes; server.max_inflight_bytes is %d", errTooLarge, r.held+cost, s.adm.Mem.Limit())
 	}
 	after, _ := m.impl.predict(r.priority)
 	r.leftIncoming()
-	if err := s.gate.Acquire(r.rctx, r.deadline, m.queueTarget, cost, heavy, after); err != nil {
-		switch {
-		case errors.Is(err, admit.ErrMemory):
-			r.refuse(refuseMemory)
-			return errMemory
-		case errors.Is(err, admit.ErrQueueFull):
-			r.refuse(refuseDecodeQueue)
-			return fmt.Errorf("%w: %d requests wait for a decode worker (server.decode_queue)", errOverloaded, s.opts.DecodeQueue)
-		case errors.Is(err, admit.ErrQueueTime):
-			r.refuse(refuseQueueTime)
-			return fmt.Errorf("%w: model %s: the image would wait (or has waited) longer than batching.queue_target (%v) for a decode worker", errQueueFull, m.name, m.queueTarget)
-		case errors.Is(err, admit.ErrShed):
-			r.refuse(refuseDeadline)
-			return fmt.Errorf("%w: the image cannot be decoded and run before the request's deadline", errShed)
-		case errors.Is(err, admit.ErrTooLarge):
-			return fmt.Errorf("%w: decoding the image needs %d bytes; server.max_inflight_bytes is %d", errTooLarge, cost, s.mem.Limit())
-		}
-		return err
+	if err := s.adm.Gate.Acquire(r.rctx, r.deadline, m.queueTarget, cost, heavy, after); err != nil {
+		return r.gateError(err, cost)
 	}
 	// The rows are taken once a worker is: a request waiting for one holds only its body.
 	samples, err := r.rows(true)
 	if err != nil {
-		s.gate.Release(cost, heavy, 0)
+		s.adm.Gate.Release(cost, heavy, 0)
 		return err
 	}
 	decode := func() (err error) {
@@ -474,16 +404,17 @@ func (r *request) decodeImageGated(i int, img []byte, got *time.Time) error {
 	d := time.Since(t)
 	if err != nil && r.rctx.Err() != nil {
 		// Stopped part-way (the client left, the deadline passed): not a decode time.
-		s.gate.Release(cost, heavy, 0)
+		s.adm.Gate.Release(cost, heavy, 0)
 		return err
 	}
-	s.gate.Release(cost, heavy, d)
+	s.adm.Gate.Release(cost, heavy, d)
 	m.met.preprocess.Update(d.Seconds())
 	return err
 }
 
-// bodyChunk is the first reservation for a body, and the smallest growth.
-const bodyChunk = 64 << 10
+// bodyChunk is the first reservation for a body, and the smallest growth (the door checks that
+// the budget has it).
+const bodyChunk = admit.FirstChunk
 
 // readAll reads src to its end into *buf, growing it (doubling from bodyChunk, up to the
 // declared length when there is one) as bytes arrive; each growth is taken from the memory

@@ -116,7 +116,7 @@ func startsJSONObject(b []byte) bool {
 func (predictAPI) decodes() bool { return true }
 
 func (predictAPI) write(r *request) error {
-	r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.scores(0), r.topK)
+	r.out = appendPrediction(r.out[:0], r.m.labels, r.samples.output(0, scoresOutput), r.topK)
 	r.http.fc.SetContentType("application/json")
 	r.http.fc.SetBody(r.out)
 	return nil

@@ -38,6 +38,9 @@ type ModelSpec struct {
 	// Load builds the version's options and runners (it creates the sessions). It is called
 	// only for versions not served with this fingerprint.
 	Load func() (ModelOptions, error)
+	// Idle: the repository holds the version but serves it only once LoadModel names its
+	// model, until UnloadModel does (Triton's explicit model control); the index lists it.
+	Idle bool
 }
 
 // Repository lists the model versions to serve, in order: the first model is /predict/'s
@@ -88,7 +91,8 @@ func (s *Server) Reload() error {
 	return err
 }
 
-// LoadModel reads the repository again and applies it to one model's versions.
+// LoadModel reads the repository again and applies it to one model's versions; an Idle
+// model is served from then on.
 func (s *Server) LoadModel(name string) error { return s.applyFrom(name) }
 
 // UnloadModel retires every version of a model; it stays unloaded until it is loaded again
@@ -96,6 +100,7 @@ func (s *Server) LoadModel(name string) error { return s.applyFrom(name) }
 func (s *Server) UnloadModel(name string) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	delete(s.loaded, name)
 	if len(s.models.Load().byName[name]) == 0 {
 		return fmt.Errorf("%w: model %q is not loaded", errNotFound, wire.Truncate(name, 100))
 	}
@@ -118,22 +123,30 @@ func (s *Server) applyFrom(scope string) error {
 	if err != nil {
 		return fmt.Errorf("gateway: cannot read the repository: %w", err)
 	}
-	if scope != "" && !slices.ContainsFunc(specs, func(sp ModelSpec) bool { return sp.Name == scope }) {
-		return fmt.Errorf("%w: model %q is not in the repository", errNotFound, wire.Truncate(scope, 100))
+	if scope != "" {
+		if !slices.ContainsFunc(specs, func(sp ModelSpec) bool { return sp.Name == scope }) {
+			return fmt.Errorf("%w: model %q is not in the repository", errNotFound, wire.Truncate(scope, 100))
+		}
+		if s.loaded == nil {
+			s.loaded = map[string]bool{}
+		}
+		s.loaded[scope] = true
 	}
+	// Idle versions of models not loaded by name are not served (and are retired if they were).
+	specs = slices.DeleteFunc(specs, func(sp ModelSpec) bool { return sp.Idle && !s.loaded[sp.Name] })
 	return s.apply(specs, scope)
 }
 
 // apply makes the served versions of the models in scope (every model when scope is empty)
 // exactly those specs names, loading what is new or changed before any swap. s.applyMu held.
 func (s *Server) apply(specs []ModelSpec, scope string) error {
-	if s.stopped {
+	if s.phase() >= phaseStopped {
 		return errStopped
 	}
 	cur := s.models.Load()
 	ch := s.change(cur, specs, scope)
 	t := newModelTable(ch.next, cur.first, specs, scope)
-	if s.closing.Load() {
+	if s.phase() >= phaseStopped {
 		// Shutdown has stopped waiting for this reload and closes the models it knows: what
 		// this one built is closed here rather than installed, and nothing is retired.
 		for _, m := range ch.fresh {
@@ -276,7 +289,9 @@ func (s *Server) install(t *modelTable, ch modelChange) {
 	for _, m := range ch.retired {
 		s.retire(m)
 	}
-	s.ready.Store(!s.draining.Load() && len(t.byName) > 0)
+	if len(t.byName) > 0 {
+		s.advance(phaseReady) // from starting; later phases stay
+	}
 }
 
 // build loads a model version and warms it.

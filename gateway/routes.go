@@ -21,7 +21,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		start = time.Now()
 	}
 	defer func() {
-		if s.draining.Load() {
+		if s.draining() {
 			ctx.SetConnectionClose() // a drain that began while the request was handled
 		}
 		s.finishHTTP(ctx, start)
@@ -48,7 +48,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		defer func() {
 			switch {
 			case ctx.Response.ConnectionClose():
-			case s.draining.Load():
+			case s.draining():
 				lingerOnClose(ctx) // the connection closes after this answer: no wait for the body
 			default:
 				s.drainBody(ctx)
@@ -65,7 +65,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
 		return
 	}
-	// The key, before anything of the body is read (security.go).
+	// The key, before anything of the body is read and before the door (security.go).
 	key, held, ok := s.authorizeHTTP(ctx, path)
 	if !ok {
 		return
@@ -73,37 +73,20 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if held {
 		defer keyDone(ctx, key)
 	}
+	if rt, ok := inferenceRoute(path); ok {
+		s.handleInference(ctx, rt)
+		return
+	}
 	switch {
-	case path == "/predict/" || path == "/predict":
-		m, err := s.lookup(s.models.Load().first, "")
-		if err != nil {
-			s.drainBody(ctx)
-			s.noModel(ctx)
-			return
-		}
-		defer m.done()
-		if !ctx.IsPost() {
-			m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
-			s.methodNotAllowed(ctx, "POST")
-			return
-		}
-		s.serveInference(ctx, m, predictAPI{})
 	case strings.HasPrefix(path, "/models/"):
 		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
 		m, err := s.lookup(name, "")
 		if err != nil {
-			s.lookupFailed(ctx, err, tail == "predict" || tail == "predict/")
+			s.lookupFailed(ctx, err, false)
 			return
 		}
 		defer m.done()
 		switch tail {
-		case "predict", "predict/":
-			if !ctx.IsPost() {
-				m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
-				s.methodNotAllowed(ctx, "POST")
-				return
-			}
-			s.serveInference(ctx, m, predictAPI{})
 		case "":
 			if !ctx.IsGet() && !ctx.IsHead() {
 				s.methodNotAllowed(ctx, "GET")
@@ -120,11 +103,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			s.methodNotAllowed(ctx, "GET")
 			return
 		}
-		if s.draining.Load() {
+		if s.draining() {
 			writeJSONRaw(ctx, fasthttp.StatusServiceUnavailable, `{"status":"draining","message":"The gateway is shutting down."}`)
 			return
 		}
 		writeJSONRaw(ctx, 200, `{"status":"healthy","message":"The gateway is running."}`)
+	case path == "/openapi.json":
+		s.serveOpenAPI(ctx)
+	case isConsolePath(path) && s.consoleOn(false):
+		s.serveConsole(ctx, path, false)
 	case path == "/metrics":
 		var buf bytes.Buffer
 		s.WriteMetrics(&buf)
@@ -170,20 +157,66 @@ func overflowMessage(max int) string {
 	return fmt.Sprintf("the server has %d connections open (server.max_connections); try again", max)
 }
 
+// inferRoute is where an inference path leads: a model (its name and version; none for
+// /predict/, its default model's) through a front end.
+type inferRoute struct {
+	name, version string
+	def           bool // /predict/: the default model
+	fe            frontEnd
+}
+
+// inferenceRoute routes an inference path (/predict/, /models/{m}/predict,
+// /v2/models/{m}[.tensor][/versions/{v}]/infer), whatever its method; ok is false for any other
+// path. It is the one routing of inference requests: handle's, and expectContinue's before a
+// body is sent.
+func inferenceRoute(path string) (rt inferRoute, ok bool) {
+	switch {
+	case path == "/predict/" || path == "/predict":
+		return inferRoute{def: true, fe: predictAPI{}}, true
+	case strings.HasPrefix(path, "/models/"):
+		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
+		return inferRoute{name: name, fe: predictAPI{}}, tail == "predict" || tail == "predict/"
+	case strings.HasPrefix(path, "/v2/models/"):
+		name, version, tail, tensorOnly, ok := v2ModelPath(path[len("/v2/models/"):])
+		return inferRoute{name: name, version: version, fe: v2API{tensorOnly: tensorOnly}}, ok && tail == "infer"
+	}
+	return inferRoute{}, false
+}
+
+// lookupRoute finds an inference route's model, counted as in use (release it with done).
+func (s *Server) lookupRoute(rt inferRoute) (*model, error) {
+	if rt.def {
+		return s.lookup(s.models.Load().first, "")
+	}
+	return s.lookup(rt.name, rt.version)
+}
+
+// handleInference serves an inference request: its model, then the pipeline (POST only).
+func (s *Server) handleInference(ctx *fasthttp.RequestCtx, rt inferRoute) {
+	m, err := s.lookupRoute(rt)
+	switch {
+	case err != nil && rt.def:
+		s.drainBody(ctx)
+		s.noModel(ctx)
+		return
+	case err != nil:
+		s.lookupFailed(ctx, err, true) // inference requests are counted, on model _unknown
+		return
+	}
+	defer m.done()
+	if !ctx.IsPost() {
+		m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
+		s.methodNotAllowed(ctx, "POST")
+		return
+	}
+	s.serveInference(ctx, m, rt.fe)
+}
+
 // isInferencePath: the paths whose requests go through the pipeline (which reads or drains
 // their bodies).
 func isInferencePath(p string) bool {
-	switch {
-	case p == "/predict/" || p == "/predict":
-		return true
-	case strings.HasPrefix(p, "/models/"):
-		_, tail, _ := strings.Cut(p[len("/models/"):], "/")
-		return tail == "predict" || tail == "predict/"
-	case strings.HasPrefix(p, "/v2/models/"):
-		_, _, tail, _, ok := v2ModelPath(p[len("/v2/models/"):])
-		return ok && tail == "infer"
-	}
-	return false
+	_, ok := inferenceRoute(p)
+	return ok
 }
 
 // isHealthPath: the paths served even over the connection limit.
@@ -196,13 +229,13 @@ func (s *Server) noModel(ctx *fasthttp.RequestCtx) int {
 	// Counted on model _unknown (the default's own series go with it when it is unloaded), so
 	// that an outage of the default model shows in the error rate.
 	reason := reasonUnavailable
-	if s.draining.Load() {
+	if s.draining() {
 		reason = reasonDraining
 	}
 	s.met.unknown.Observe(fasthttp.StatusServiceUnavailable, reason, 0)
 	ctx.Response.Header.Set("Retry-After", s.retryAfter)
 	msg := "no model is being served (the server is starting or draining)"
-	if name := s.models.Load().first; name != "" && !s.draining.Load() {
+	if name := s.models.Load().first; name != "" && !s.draining() {
 		msg = fmt.Sprintf("the default model %q is not loaded (unloaded through the repository API, or it failed to load); other models are served at /models/{name}/predict", wire.Truncate(name, 100))
 	}
 	writeError(ctx, fasthttp.StatusServiceUnavailable, msg)

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/gateway/internal/admit"
 	"github.com/imagegate/imagegate/gateway/internal/auth"
 	"github.com/imagegate/imagegate/gateway/internal/grpcapi"
 	"github.com/imagegate/imagegate/gateway/internal/netx"
@@ -187,7 +188,7 @@ func (s *Server) pollCredentials(d time.Duration) {
 	}
 }
 
-// stopCredentials ends the polling (Shutdown).
+// stopCredentials ends the polling (the lifecycle's stopped phase: advance, once).
 func (s *Server) stopCredentials() {
 	if s.sec.stop != nil {
 		close(s.sec.stop)
@@ -282,6 +283,11 @@ func (c countedCreds) Clone() credentials.TransportCredentials {
 // keyValue keys a request's *auth.Key among a fasthttp request's user values.
 const keyValue = "imagegate.key"
 
+// adminValue marks a request of the admin listener among its user values (handleAdmin): keys
+// are the public API's, and the admin listener (its own address, token and TLS) serves what it
+// hands to handle, its console's Try it included, without one.
+const adminValue = "imagegate.admin"
+
 // httpAccess is what path is for, and the model it names ("" none; "*" every model).
 func (s *Server) httpAccess(path string) (access, string) {
 	switch {
@@ -289,18 +295,22 @@ func (s *Server) httpAccess(path string) (access, string) {
 		return accessHealth, ""
 	case path == "/metrics":
 		return accessMetrics, ""
-	case path == "/v2" || path == "/v2/":
+	case path == "/v2" || path == "/v2/" || path == "/openapi.json":
 		return accessMetadata, ""
-	case path == "/predict" || path == "/predict/":
-		return accessInference, s.models.Load().first
+	case isConsolePath(path):
+		return accessMetrics, "" // the page, and its live view read from the metrics (console.go)
 	case strings.HasPrefix(path, "/v2/repository"):
 		return accessAdmin, ""
+	}
+	if rt, ok := inferenceRoute(path); ok { // the one routing of inference (routes.go)
+		if rt.def {
+			return accessInference, s.models.Load().first
+		}
+		return accessInference, rt.name
+	}
+	switch {
 	case strings.HasPrefix(path, "/models/"):
-		name, tail, _ := strings.Cut(path[len("/models/"):], "/")
-		switch tail {
-		case "predict", "predict/":
-			return accessInference, name
-		case "":
+		if name, tail, _ := strings.Cut(path[len("/models/"):], "/"); tail == "" {
 			return accessMetadata, name
 		}
 	case path == "/v2/models/stats":
@@ -311,8 +321,6 @@ func (s *Server) httpAccess(path string) (access, string) {
 			break
 		}
 		switch tail {
-		case "infer":
-			return accessInference, name
 		case "ready":
 			return accessHealth, name
 		case "", "config", "stats":
@@ -343,7 +351,7 @@ func bearer(v []byte) ([]byte, bool) {
 // body unread). held: an inference request took a place in its key's limits, given back by
 // keyDone once answered.
 func (s *Server) authorizeHTTP(fc *fasthttp.RequestCtx, path string) (k *auth.Key, held, ok bool) {
-	if s.sec.keys == nil {
+	if s.sec.keys == nil || fc.UserValue(adminValue) != nil {
 		return nil, false, true
 	}
 	acc, model := s.httpAccess(path)
@@ -494,8 +502,9 @@ func presentedGRPC(md metadata.MD) []byte {
 }
 
 // grpcAuth is the gRPC server's tap: it checks a call's key before grpc-go reads its message,
-// takes a unary ModelInfer's place in its key's limits (given back when the call ends), then
-// runs the admission's tap (grpcTap).
+// takes a unary ModelInfer's place in its key's limits (given back when the call ends, or at
+// once when the door refuses it), then asks the door (grpcTap). A call its key refuses never
+// reaches the door: it is counted in gateway_auth_refusals_total, not as a refusal under load.
 func (s *Server) grpcAuth(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if s.sec.keys == nil {
 		return s.grpcTap(ctx, info)
@@ -522,7 +531,7 @@ func (s *Server) grpcAuth(ctx context.Context, info *tap.Info) (context.Context,
 		return ctx, err
 	}
 	ctx, err := s.grpcTap(ctx, info)
-	if err != nil {
+	if err != nil { // refused at the door (counted there, on its key too)
 		k.Done()
 		return ctx, err
 	}
@@ -573,9 +582,11 @@ func (s *Server) grpcForbidden(ctx context.Context, model string) error {
 
 // grpcKeyInfer runs a gRPC inference request with key k: its model checked against the key,
 // a stream's request taking its own place in the key's limits (a unary call took its place
-// in grpcAuth), counted by its outcome.
-func (s *Server) grpcKeyInfer(ctx context.Context, k *auth.Key, req *inference.ModelInferRequest, md metadata.MD, stream bool) (*inference.ModelInferResponse, error) {
+// in grpcAuth), counted by its outcome; a refused one hands its place in the decode line
+// (incoming, from the tap) back.
+func (s *Server) grpcKeyInfer(ctx context.Context, k *auth.Key, req *inference.ModelInferRequest, md metadata.MD, stream bool, incoming admit.Ticket) (*inference.ModelInferResponse, error) {
 	if err := s.grpcForbidden(ctx, req.GetModelName()); err != nil {
+		s.adm.Gate.Arrived(incoming) // not in the decode line any more
 		return nil, err
 	}
 	if stream {
@@ -584,15 +595,16 @@ func (s *Server) grpcKeyInfer(ctx context.Context, k *auth.Key, req *inference.M
 		}
 		defer k.Done()
 	}
-	resp, err := s.grpcInferAs(ctx, req, md, stream, k.Name())
+	resp, err := s.grpcInferAs(ctx, req, md, stream, incoming, k.Name())
 	k.Count(grpcapi.HTTPStatus(status.Code(err)))
 	return resp, err
 }
 
-// countKey counts an HTTP request answered outside handle (a refusal before its body) on its
-// key, when it has one.
-func countKey(fc *fasthttp.RequestCtx, status int) {
+// countKey counts an HTTP request answered outside handle (expectDecide's answer before its
+// body) on its key, when it has one, and returns status.
+func countKey(fc *fasthttp.RequestCtx, status int) int {
 	if k, ok := fc.UserValue(keyValue).(*auth.Key); ok {
 		k.Count(status)
 	}
+	return status
 }

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/imagegate/imagegate/api/inference"
+	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/internal/testcert"
 )
 
@@ -509,5 +510,160 @@ func TestKeysOverGRPC(t *testing.T) {
 	}
 	if v := ts.metric(`gateway_key_requests_total{key="a",code="403"}`); v != 2 {
 		t.Errorf(`key a's 403s: %v, want 2`, v)
+	}
+}
+
+// TestKeysAndAdmissionCountedApart: at every entry (HTTP, Expect: 100-continue, the gRPC
+// tap, a stream's request) the key is decided before the door, and the two are counted apart:
+// a request its key refuses is in gateway_auth_refusals_total only (it never reached the door:
+// not in gateway_refusals_total, not in gateway_requests_total), one the door refuses is in
+// those and not among the key's refusals (its key counts it by its status). Every place a
+// request took in its key's requests in flight is given back once, whichever way it ended:
+// the count is 0 again, not below.
+func TestKeysAndAdmissionCountedApart(t *testing.T) {
+	const keyOne = "key-of-tenant-one-0123456789" // one request in flight at most
+	p := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("keys:\n  - {name: b, key: %s}\n  - {name: one, key: %s, max_inflight: 1}\n", keyB, keyOne)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	o.Keys = KeyOptions{File: p}
+	run := newFake[float32](3*side*side, 3, 1)
+	run.gate = make(chan struct{})
+	mo := modelOpts("m", RunnersOf[float32]{run})
+	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 1} // two samples: one runs, one waits
+	ts, c, _ := newGRPCServer(t, o, mo)
+	img := solidPNG(t, 8, 8, 40)
+	m := ts.s.models.Load().byName["m"][0]
+	// One request of each key takes the model's queue: held until the gate opens.
+	held := make(chan reply, 2)
+	for _, k := range []string{keyOne, keyB} {
+		go func() { held <- ts.do("POST", "/models/m/predict", "image/png", img, "X-API-Key", k) }()
+		waitUntil(t, func() bool { return ts.s.sec.keys.Lookup([]byte(k)).Inflight() == 1 })
+	}
+	waitUntil(t, func() bool { return m.pending.Load() >= m.queueCap })
+
+	// HTTP: no key (401), key one over its requests in flight (429), key b at a full queue (503).
+	for _, c := range []struct {
+		hdr  []string
+		want int
+	}{{nil, 401}, {[]string{"X-API-Key", keyOne}, 429}, {[]string{"X-API-Key", keyB}, 503}} {
+		if r := ts.do("POST", "/models/m/predict", "image/png", img, c.hdr...); r.status != c.want {
+			t.Errorf("HTTP %v: %d %s, want %d", c.hdr, r.status, r.body, c.want)
+		}
+	}
+	// Expect: 100-continue: the same answers instead of "100 Continue".
+	for _, c := range []struct {
+		key  string
+		want int
+	}{{keyOne, 429}, {keyB, 503}} {
+		conn, err := ts.ln.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\nX-API-Key: %s\r\nExpect: 100-continue\r\n\r\n", len(img), c.key)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != c.want {
+			t.Errorf("Expect: 100-continue, key %s: %v %v, want %d", c.key[:12], resp, err, c.want)
+		}
+		conn.Close()
+	}
+	// gRPC, unary (the tap) and a stream's request (each its own door).
+	with := func(k string) context.Context {
+		return metadata.NewOutgoingContext(t.Context(), metadata.Pairs("x-api-key", k))
+	}
+	for _, call := range []struct {
+		ctx  context.Context
+		want codes.Code
+	}{{t.Context(), codes.Unauthenticated}, {with(keyOne), codes.ResourceExhausted}, {with(keyB), codes.Unavailable}} {
+		if _, err := c.ModelInfer(call.ctx, imageRequest("m", img)); status.Code(err) != call.want {
+			t.Errorf("ModelInfer: %v, want %v", err, call.want)
+		}
+	}
+	for _, k := range []string{keyOne, keyB} {
+		st, err := c.ModelStreamInfer(with(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Send(imageRequest("m", img))
+		if r, err := st.Recv(); err != nil || r.ErrorMessage == "" {
+			t.Errorf("a stream's request at a full queue or over its key's limit: %v %v", r, err)
+		}
+		st.CloseSend()
+		st.Recv() // the stream's end
+	}
+
+	close(run.gate)
+	for range 2 {
+		if r := <-held; r.status != 200 {
+			t.Errorf("a held request: %d %s", r.status, r.body)
+		}
+	}
+	waitUntil(t, func() bool { return ts.metric(`gateway_key_requests_total{key="b",code="503"}`) == 4 })
+	for series, want := range map[string]float64{
+		// The key's refusals: HTTP, Expect, unary, stream (and the two without a key).
+		`gateway_auth_refusals_total{reason="inflight"}`:   4,
+		`gateway_auth_refusals_total{reason="missing"}`:    2,
+		`gateway_key_requests_total{key="one",code="429"}`: 4,
+		// The door's: HTTP, Expect, the tap, the stream's request; counted on key b by status.
+		`gateway_refusals_total{stage="queue"}`:                                     4,
+		`gateway_requests_total{model="m",version="1",code="503"}`:                  4,
+		`gateway_requests_total{model="m",version="1",code="429"}`:                  -1, // none: the key's 429s are not the model's
+		`gateway_key_requests_total{key="b",code="503"}`:                            4,
+		`gateway_key_requests_total{key="b",code="200"}`:                            1,
+		`gateway_key_requests_total{key="one",code="200"}`:                          1,
+		`gateway_request_failures_total{model="m",version="1",reason="queue_full"}`: 4,
+	} {
+		if v := ts.metric(series); v != want {
+			t.Errorf("%s = %v, want %v", series, v, want)
+		}
+	}
+	for _, k := range []string{keyOne, keyB} {
+		waitUntil(t, func() bool { return ts.s.sec.keys.Lookup([]byte(k)).Inflight() == 0 })
+	}
+}
+
+// TestKeysNotOnTheAdminListener: keys are the public listener's. The admin listener (its own
+// address and token) serves what it hands to handle, its console's inference included, without
+// one, while the public listener asks for it; the console's page on the public listener is
+// open as the metrics are.
+func TestKeysNotOnTheAdminListener(t *testing.T) {
+	o := keyOptions(t, testOptions(), "health", "metrics")
+	o.Console = ConsolePublic
+	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.s.ServeAdmin(ln)
+	admin := "http://" + ln.Addr().String()
+	img := solidPNG(t, 8, 8, 40)
+	for _, c := range []struct{ method, path string }{{"POST", "/models/m/predict"}, {"GET", "/v2/models/m/stats"}, {"GET", "/ui/"}, {"GET", "/v2/models/m"}} {
+		var body io.Reader
+		if c.method == "POST" {
+			body = bytes.NewReader(img)
+		}
+		req, _ := http.NewRequest(c.method, admin+c.path, body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("admin listener, %s %s without a key: %d %s", c.method, c.path, resp.StatusCode, b)
+		}
+	}
+	if r := ts.do("POST", "/models/m/predict", "image/png", img); r.status != 401 {
+		t.Errorf("public listener, inference without a key: %d", r.status)
+	}
+	for _, path := range []string{"/ui/", "/ui/api/snapshot"} {
+		if r := ts.do("GET", path, "", nil); r.status != 200 {
+			t.Errorf("public listener, the console's %s without a key (open with metrics): %d %s", path, r.status, r.body)
+		}
+	}
+	if v := ts.metric(`gateway_key_requests_total{key="a",code="200"}`); v != -1 {
+		t.Errorf("a request of the admin listener was counted on a key: %v", v)
 	}
 }

@@ -2,12 +2,10 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,10 +29,9 @@ type Server struct {
 	opts       Options
 	log        *slog.Logger
 	met        *metricsRegistry
-	mem        *admit.Budget
-	bodyBufs   *freeList // bodies as read, and decompressed
-	imageBufs  *freeList // decoded base64 images
-	gate       *admit.DecodeGate
+	adm        *admit.Control // admission: the memory budget, the decode gate, the queue target
+	bodyBufs   *freeList      // bodies as read, and decompressed
+	imageBufs  *freeList      // decoded base64 images
 	conns      *netx.Tracker  // connections: the limit, idle closes, drains, lingering closes
 	gone       *netx.Watcher  // clients that leave while their request waits
 	threads    *sched.Threads // decode and model threads
@@ -42,29 +39,16 @@ type Server struct {
 	srv        *fasthttp.Server
 	retryAfter string
 
-	repo     Repository
-	applyMu  sync.Mutex // serializes changes to models
-	stopped  bool       // under applyMu: Shutdown closes the models, none is loaded after
-	models   atomic.Pointer[modelTable]
-	states   states
-	retiring sync.WaitGroup // models being closed after a reload or an unload
-	adminTok []byte         // sha256 of the admin bearer token; nil: none
-	adminMu  sync.Mutex
-	admin    *fasthttp.Server // the admin listener's server, once ServeAdmin runs
-	lnMu     sync.Mutex
-	lns      []net.Listener // the listeners Serve was given (wrapped)
-	// gRPC (grpc_service.go), under lnMu: the servers of ServeGRPC, and whether the drain
-	// stopped them; grpcStop is closed then (streams stop taking requests).
-	grpcs      []*grpcServing
-	grpcClosed bool
-	grpcStop   chan struct{}
-	grpcCalls  atomic.Int64 // ModelInfer calls past grpcTap and not ended
+	repo      Repository
+	applyMu   sync.Mutex      // serializes changes to models
+	loaded    map[string]bool // under applyMu: models LoadModel named since UnloadModel (ModelSpec.Idle)
+	models    atomic.Pointer[modelTable]
+	states    states
+	retiring  sync.WaitGroup // models being closed after a reload or an unload
+	adminTok  []byte         // sha256 of the admin bearer token; nil: none
+	grpcCalls atomic.Int64   // ModelInfer calls past grpcTap and not ended
 
-	ready    atomic.Bool
-	draining atomic.Bool
-	aborted  atomic.Bool
-	abort    context.Context // every request's context derives from it
-	abortFn  context.CancelCauseFunc
+	life lifecycle // the phase (lifecycle.go), the listeners, the abort context
 
 	sec security // TLS sources, API keys (security.go)
 
@@ -74,7 +58,6 @@ type Server struct {
 	dog    *watchdog.Dog // liveness
 
 	inflight   atomic.Int64 // inference requests in the pipeline
-	closing    atomic.Bool  // Shutdown is closing the models: a reload installs nothing more
 	inflightMu sync.Mutex
 	idle       chan struct{} // closed when inflight drops to 0 while draining
 }
@@ -98,7 +81,6 @@ func New(opts Options, repo Repository) (*Server, error) {
 		opts:       opts,
 		log:        opts.Log,
 		met:        newMetricsRegistry(),
-		mem:        admit.NewBudget(opts.MaxInflightBytes),
 		bodyBufs:   newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		imageBufs:  newFreeList(min(freeListBytes, opts.MaxInflightBytes/8)),
 		gone:       netx.NewWatcher(),
@@ -106,8 +88,11 @@ func New(opts Options, repo Repository) (*Server, error) {
 		retryAfter: strconv.Itoa(max(1, int((opts.RetryAfter+time.Second/2)/time.Second))),
 		repo:       repo,
 		ids:        newRequestIDs(),
-		grpcStop:   make(chan struct{}),
 	}
+	s.life.init()
+	discipline, _ := admit.ParseDiscipline(opts.QueueDiscipline) // validated
+	s.adm = admit.New(admit.Config{MaxBody: opts.MaxBodyBytes, MaxInflight: opts.MaxInflightBytes,
+		DecodeWorkers: opts.DecodeWorkers, DecodeQueue: opts.DecodeQueue, Discipline: discipline})
 	s.dog = watchdog.New(opts.Watchdog.WithDefaults(), opts.Log)
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(tracerName)
@@ -120,11 +105,6 @@ func New(opts Options, repo Repository) (*Server, error) {
 		s.adminTok = h[:]
 	}
 	s.requests.New = func() any { return new(request) }
-	s.abort, s.abortFn = context.WithCancelCause(context.Background())
-	s.gate = admit.NewDecodeGate(opts.DecodeWorkers, opts.DecodeQueue, s.mem)
-	if opts.QueueDiscipline == "codel" {
-		s.gate.SetDiscipline(admit.CoDel)
-	}
 	s.conns = netx.NewTracker(netx.Config{
 		MaxConns:   opts.MaxConnections,
 		Refusal:    netx.Refusal(`{"error":"the server has too many connections open (server.max_connections); try again"}`, s.retryAfter),
@@ -228,7 +208,7 @@ func (s *Server) lookup(name, version string) (*model, error) {
 		if m.acquire() {
 			return m, nil
 		}
-		if s.draining.Load() {
+		if s.draining() {
 			return nil, fmt.Errorf("%w: the server is shutting down", errDraining)
 		}
 	}
@@ -257,12 +237,12 @@ func (s *Server) registerServerMetrics() {
 	set := s.met.set
 	set.NewGauge("gateway_decode_workers", func() float64 { return float64(s.opts.DecodeWorkers) })
 	set.NewGauge("gateway_decode_queue_capacity", func() float64 { return float64(s.opts.DecodeQueue) })
-	set.NewGauge("gateway_decode_busy", func() float64 { _, b := s.gate.Stats(); return float64(b) })
-	set.NewGauge("gateway_decode_waiting", func() float64 { w, _ := s.gate.Stats(); return float64(w) })
-	set.NewGauge("gateway_decode_incoming", func() float64 { return float64(s.gate.IncomingNow()) })
-	set.NewGauge("gateway_decode_wait_predicted_seconds", func() float64 { return s.gate.QueueWait().Seconds() })
-	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.mem.Used()) })
-	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.mem.Limit()) })
+	set.NewGauge("gateway_decode_busy", func() float64 { _, b := s.adm.Gate.Stats(); return float64(b) })
+	set.NewGauge("gateway_decode_waiting", func() float64 { w, _ := s.adm.Gate.Stats(); return float64(w) })
+	set.NewGauge("gateway_decode_incoming", func() float64 { return float64(s.adm.Gate.IncomingNow()) })
+	set.NewGauge("gateway_decode_wait_predicted_seconds", func() float64 { return s.adm.Gate.QueueWait().Seconds() })
+	set.NewGauge("gateway_inflight_bytes", func() float64 { return float64(s.adm.Mem.Used()) })
+	set.NewGauge("gateway_inflight_bytes_limit", func() float64 { return float64(s.adm.Mem.Limit()) })
 	set.NewGauge("gateway_inflight_requests", func() float64 { return float64(s.inflight.Load()) })
 	set.NewGauge("gateway_connections", func() float64 { return float64(s.conns.Open()) })
 	set.NewGauge("gateway_connections_idle", func() float64 { return float64(s.conns.Idle()) })
@@ -274,7 +254,7 @@ func (s *Server) registerServerMetrics() {
 		return 0
 	})
 	set.NewGauge("gateway_ready", func() float64 {
-		if s.ready.Load() {
+		if s.ready() {
 			return 1
 		}
 		return 0

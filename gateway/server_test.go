@@ -40,11 +40,12 @@ import (
 // real binary with the real runtime.)
 
 // fakeRunner answers, for each row, classes scores: score k = mean(row) + k/1000, so each
-// request's answer depends on its own image. With gate set, Run waits for a receive on it.
+// request's answer depends on its own image; its second output, "sum", is the row's sum. With
+// gate set, Run waits for a receive on it.
 type fakeRunner[T Elem] struct {
 	rowLen, classes, maxBatch int
 	in                        []T
-	out                       []float32
+	out, sum                  []float32
 	gate                      chan struct{}
 	entered                   atomic.Int64 // runs begun (before the gate)
 	runs                      chan int     // batch sizes, when set
@@ -54,17 +55,19 @@ type fakeRunner[T Elem] struct {
 
 func newFake[T Elem](rowLen, classes, maxBatch int) *fakeRunner[T] {
 	return &fakeRunner[T]{rowLen: rowLen, classes: classes, maxBatch: maxBatch,
-		in: make([]T, rowLen*maxBatch), out: make([]float32, classes*maxBatch)}
+		in: make([]T, rowLen*maxBatch), out: make([]float32, classes*maxBatch), sum: make([]float32, maxBatch)}
 }
 
 func (f *fakeRunner[T]) Input(i int) []T { return f.in[i*f.rowLen : (i+1)*f.rowLen] }
-func (f *fakeRunner[T]) Classes() int    { return f.classes }
-func (f *fakeRunner[T]) RowLen() int     { return f.rowLen }
+func (f *fakeRunner[T]) Outputs() []Output {
+	return []Output{{Name: "output", Shape: []int64{int64(f.classes)}}, {Name: "sum", Shape: []int64{1}}}
+}
+func (f *fakeRunner[T]) RowLen() int { return f.rowLen }
 func (f *fakeRunner[T]) MaxBatchSize() int {
 	return f.maxBatch
 }
 
-func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
+func (f *fakeRunner[T]) Run(n int) ([][]float32, error) {
 	f.entered.Add(1)
 	if f.gate != nil {
 		<-f.gate
@@ -89,8 +92,9 @@ func (f *fakeRunner[T]) Run(n int) ([]float32, error) {
 		for k := range f.classes {
 			f.out[i*f.classes+k] = mean + float32(k)/1000
 		}
+		f.sum[i] = float32(sum)
 	}
-	return f.out[:n*f.classes], nil
+	return [][]float32{f.out[:n*f.classes], f.sum[:n]}, nil
 }
 
 const side = 8 // the fake model's input: 8x8 RGB
@@ -104,7 +108,7 @@ func testOptions() Options {
 
 func modelOpts(name string, runners Runners) ModelOptions {
 	return ModelOptions{
-		Name: name, Labels: []string{"a", "b", "c"}, InputName: "input", OutputName: "output",
+		Name: name, Labels: []string{"a", "b", "c"}, InputName: "input",
 		Preprocess:     preprocess.Options{Width: side, Height: side, Resize: side, Mode: preprocess.ModeStretch, Scale: preprocess.ScaleRaw},
 		Batching:       batcher.Config{MaxBatchSize: 4, MaxQueueSize: 8},
 		DefaultTimeout: 10 * time.Second,
@@ -160,7 +164,7 @@ func (ts *testServer) do(method, path, ct string, body []byte, hdr ...string) re
 		return reply{status: -1, body: []byte(err.Error())}
 	}
 	r := reply{status: resp.StatusCode(), header: map[string]string{}, body: append([]byte(nil), resp.Body()...)}
-	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection", "X-Request-ID", "Server-Timing"} {
+	for _, k := range []string{"Retry-After", "Allow", "Inference-Header-Content-Length", "Content-Type", "Connection", "X-Request-ID", "Server-Timing", "X-Refusal"} {
 		if v := resp.Header.Peek(k); v != nil {
 			r.header[k] = string(v)
 		}
@@ -479,19 +483,19 @@ func TestMemoryBudgetRefusesAtOnce(t *testing.T) {
 	o.MaxInflightBytes = 8 << 20
 	ts := newTestServer(t, o, modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 	s := ts.s
-	if !s.mem.Reserve(8<<20 - 1000) { // held by "other requests"
+	if !s.adm.Mem.Reserve(8<<20 - 1000) { // held by "other requests"
 		t.Fatal("reserve")
 	}
 	r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1))
 	if r.status != 503 || r.header["Retry-After"] == "" || !strings.Contains(string(r.body), "max_inflight_bytes") {
 		t.Fatalf("budget exhausted: %d %v %s", r.status, r.header, r.body)
 	}
-	s.mem.Release(8<<20 - 1000)
+	s.adm.Mem.Release(8<<20 - 1000)
 	if r := ts.do("POST", "/predict/", "image/png", solidPNG(t, 300, 300, 1)); r.status != 200 {
 		t.Fatalf("budget free: %d %s", r.status, r.body)
 	}
-	if s.mem.Used() != 0 {
-		t.Fatalf("%d bytes still reserved after every request finished", s.mem.Used())
+	if s.adm.Mem.Used() != 0 {
+		t.Fatalf("%d bytes still reserved after every request finished", s.adm.Mem.Used())
 	}
 	if v := ts.metric(`gateway_refusals_total{stage="memory"}`); v != 1 {
 		t.Errorf("refusals{memory} = %v", v)
@@ -708,10 +712,10 @@ func TestSlowDecodesDoNotShedTightDeadlines(t *testing.T) {
 		}
 	}
 	for range 3 { // three decodes of 2 s each, as the gate sees them
-		if err := ts.s.gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 0, false, 0); err != nil {
+		if err := ts.s.adm.Gate.Acquire(context.Background(), time.Now().Add(time.Hour), 0, 0, false, 0); err != nil {
 			t.Fatal(err)
 		}
-		ts.s.gate.Release(0, false, 2*time.Second)
+		ts.s.adm.Gate.Release(0, false, 2*time.Second)
 	}
 	for range 5 {
 		if r := ts.do("POST", "/models/m/predict", "image/png", img, "X-Request-Timeout", "200"); r.status != 200 {

@@ -84,7 +84,7 @@ func (s *Server) handleV2(ctx *fasthttp.RequestCtx, path string) {
 		}
 		writeJSONRaw(ctx, 200, `{"live":true}`)
 	case path == "/v2/health/ready":
-		if s.ready.Load() {
+		if s.ready() {
 			writeJSONRaw(ctx, 200, `{"ready":true}`)
 		} else {
 			writeJSONRaw(ctx, fasthttp.StatusServiceUnavailable, `{"ready":false}`)
@@ -136,7 +136,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 	}
 	m, err := s.lookup(name, version)
 	if err != nil {
-		s.lookupFailed(ctx, err, tail == "infer") // inference requests are counted; metadata and readiness are not
+		s.lookupFailed(ctx, err, false) // metadata and readiness are not counted (inference: handleInference)
 		return
 	}
 	defer m.done()
@@ -148,7 +148,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 	case "":
 		s.modelMetadata(ctx, m, tensorOnly)
 	case "ready":
-		ready := s.ready.Load() && !m.closing.Load()
+		ready := s.ready() && !m.closing.Load()
 		status := 200
 		if !ready {
 			status = fasthttp.StatusServiceUnavailable
@@ -156,14 +156,7 @@ func (s *Server) handleV2Model(ctx *fasthttp.RequestCtx, rest string, isGet bool
 		s.writeJSON(ctx, status, map[string]any{"name": m.name + map[bool]string{true: tensorSuffix}[tensorOnly], "ready": ready})
 	case "config":
 		s.modelConfig(ctx, m, tensorOnly)
-	case "infer":
-		if !ctx.IsPost() {
-			m.met.req.Observe(fasthttp.StatusMethodNotAllowed, reasonNotFound, 0)
-			s.methodNotAllowed(ctx, "POST")
-			return
-		}
-		s.serveInference(ctx, m, v2API{tensorOnly: tensorOnly})
-	default:
+	default: // infer is routed before (inferenceRoute)
 		s.notFound(ctx, "/v2/models/"+rest)
 	}
 }
@@ -185,7 +178,7 @@ func describe(m *model, tensorOnly bool) modeldesc.Model {
 	d := modeldesc.Model{Name: m.name, TensorOnly: tensorOnly, TensorName: m.name + tensorSuffix,
 		Input: m.inputName, Output: m.outputName, Datatype: m.datatype, Shape: m.shape,
 		NHWC: m.pre.Options().Layout == preprocess.NHWC, Classes: m.classes,
-		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters}
+		MaxBatch: m.maxBatch * m.instances, Parameters: m.parameters, Triton: m.config}
 	if tensorOnly {
 		d.Name = d.TensorName
 	}
@@ -510,7 +503,7 @@ func (a v2API) write(r *request) error {
 			b = append(b, ']')
 			var data []byte
 			for i := range n {
-				sc := r.samples.scores(i)
+				sc := r.samples.output(i, scoresOutput)
 				for _, idx := range topIndices(sc, k) {
 					e := classString(sc[idx], idx, m.labels[idx])
 					if binaryOut {
@@ -536,14 +529,14 @@ func (a v2API) write(r *request) error {
 			b = append(b, ']')
 			if binaryOut {
 				for i := range n {
-					for _, f := range r.samples.scores(i) {
+					for _, f := range r.samples.output(i, scoresOutput) {
 						bin = binary.LittleEndian.AppendUint32(bin, math.Float32bits(f))
 					}
 				}
 			} else {
 				b = append(b, `,"data":[`...)
 				for i := range n {
-					for j, f := range r.samples.scores(i) {
+					for j, f := range r.samples.output(i, scoresOutput) {
 						if i > 0 || j > 0 {
 							b = append(b, ',')
 						}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/imagegate/imagegate/loadtest/oip"
@@ -186,7 +187,8 @@ func (w *grpcWorker) do(start time.Time, seq, intended int64, warm bool) sample 
 	b := &w.cfg.Bodies[seq%int64(len(w.cfg.Bodies))]
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	t0 := time.Now()
-	n, err := w.client.InferMarshaled(ctx, b.Data)
+	var trailer metadata.MD
+	n, err := w.client.InferMarshaled(ctx, b.Data, grpc.Trailer(&trailer))
 	t1 := time.Now()
 	cancel()
 	s := sample{
@@ -198,6 +200,11 @@ func (w *grpcWorker) do(start time.Time, seq, intended int64, warm bool) sample 
 		bytesIn:  int64(n),
 		status:   int32(status.Code(err)),
 		err:      err,
+	}
+	if err != nil {
+		if v := trailer.Get(strings.ToLower(RefusalHeader)); len(v) > 0 && v[0] == RefusalExpired {
+			s.expired = true
+		}
 	}
 	if !w.cfg.OpenLoop() {
 		s.intended = s.sent

@@ -113,10 +113,14 @@ type Summary struct {
 	// SuccessLatency is Latency of the successes only; RefusalLatency of
 	// the refusals (429 and 503 over HTTP, RESOURCE_EXHAUSTED and UNAVAILABLE
 	// over gRPC, which a server under overload should give at once rather
-	// than after a long wait).
+	// than after a long wait) but those the server marked as given after the
+	// request waited in its line (RefusalHeader: expired), whose latency is
+	// ExpiredLatency. Refused counts both; Expired the marked ones.
 	SuccessLatency LatencyStats `json:"success_latency_ms"`
 	RefusalLatency LatencyStats `json:"refusal_latency_ms"`
+	ExpiredLatency LatencyStats `json:"expired_latency_ms"`
 	Refused        uint64       `json:"refused"`
+	Expired        uint64       `json:"expired,omitempty"`
 
 	BytesIn  int64    `json:"bytes_in"`
 	BytesOut int64    `json:"bytes_out"`
@@ -236,6 +240,7 @@ type collector struct {
 
 	lat, svc, delay *Histogram
 	okLat, refLat   *Histogram
+	expLat          *Histogram // refusals marked expired
 	seconds         []*secondStats
 	early           uint64
 
@@ -253,7 +258,7 @@ func newCollector(cfg *Config, p *pacer) *collector {
 	return &collector{
 		cfg: cfg, p: p, grpc: cfg.Protocol == ProtocolGRPC,
 		lat: NewHistogram(), svc: NewHistogram(), delay: NewHistogram(),
-		okLat: NewHistogram(), refLat: NewHistogram(),
+		okLat: NewHistogram(), refLat: NewHistogram(), expLat: NewHistogram(),
 		codes:      map[int]uint64{},
 		errSamples: map[string]string{},
 		firstSend:  math.MaxInt64,
@@ -324,7 +329,10 @@ func (c *collector) add(s sample) {
 		c.errs++
 		done.errs++
 		c.codes[int(s.status)]++
-		if c.refusal(s.status) {
+		switch {
+		case c.refusal(s.status) && s.expired:
+			c.expLat.Record(s.done - s.intended)
+		case c.refusal(s.status):
 			c.refLat.Record(s.done - s.intended)
 		}
 		if name := grpcCodeName(s.status); c.grpc && s.err != nil && c.errSamples[name] == "" {
@@ -340,6 +348,14 @@ func (c *collector) success(status int32) bool {
 	}
 	return status >= 200 && status < 300
 }
+
+// RefusalHeader is the response header (over gRPC, the trailer x-refusal) in which a server
+// tells how it refused a request: RefusalExpired when the request was dropped after it waited
+// in the server's line, rather than refused at once (imagegate sends it).
+const (
+	RefusalHeader  = "X-Refusal"
+	RefusalExpired = "expired"
+)
 
 // refusal reports whether an answer's status is a refusal under load: 429 or 503, or gRPC's
 // RESOURCE_EXHAUSTED or UNAVAILABLE.
@@ -416,7 +432,8 @@ func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 		ErrorKinds: map[string]uint64{}, StatusCodes: map[string]uint64{},
 		Warmup: c.warm, BytesIn: c.bytesIn, BytesOut: c.bytesOut,
 		Latency: latencyStats(c.lat), ServiceTime: latencyStats(c.svc), SendDelay: latencyStats(c.delay),
-		SuccessLatency: latencyStats(c.okLat), RefusalLatency: latencyStats(c.refLat), Refused: c.refLat.Count(),
+		SuccessLatency: latencyStats(c.okLat), RefusalLatency: latencyStats(c.refLat), ExpiredLatency: latencyStats(c.expLat),
+		Refused: c.refLat.Count() + c.expLat.Count(), Expired: c.expLat.Count(),
 	}
 	if len(c.errSamples) > 0 {
 		s.ErrorSamples = c.errSamples

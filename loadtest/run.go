@@ -43,6 +43,7 @@ type sample struct {
 	status   int32
 	kind     errKind
 	warm     bool
+	expired  bool  // a refusal the server marked as given after the request waited (RefusalHeader)
 	err      error // kept only for the first error of each kind
 }
 
@@ -179,160 +180,191 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	// Each worker gets a requester of the run's protocol: an HTTP request/response pair on a
-	// fasthttp client whose connections the workers take one each, or a share of the gRPC
-	// connections.
-	var newRequester func(i int) requester
-	if cfg.Protocol == ProtocolGRPC {
-		clients, err := grpcClients(&cfg)
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			for _, c := range clients {
-				c.Close()
-			}
-		}()
-		newRequester = func(i int) requester { return &grpcWorker{cfg: &cfg, client: clients[i%len(clients)]} }
-	} else {
-		u, _ := url.Parse(cfg.URL)
-		client := hostClient(&cfg, u)
-		defer client.CloseIdleConnections()
-		newRequester = func(int) requester { return newWorker(&cfg, client) }
-		if cfg.ExpectContinue {
-			newRequester = func(int) requester { return newExpectWorker(&cfg, u) }
-		}
+	newRequester, closeRequesters, err := requesters(&cfg)
+	if err != nil {
+		return nil, err
 	}
+	defer closeRequesters()
 
 	cpu0 := readCPU()
 	start := time.Now()
 	p := newPacer(&cfg, start)
 	col := newCollector(&cfg, p)
-	results := make(chan sample, max(1024, 4*cfg.Concurrency))
-	var sent atomic.Uint64
-
+	l := &load{cfg: &cfg, p: p, start: start, results: make(chan sample, max(1024, 4*cfg.Concurrency)), newRequester: newRequester}
 	collected := make(chan struct{})
 	go func() {
 		defer close(collected)
-		for s := range results {
+		for s := range l.results {
 			col.add(s)
 		}
 	}()
-
-	progressDone := make(chan struct{})
-	progressStopped := make(chan struct{})
-	if cfg.Progress != nil {
-		go func() {
-			defer close(progressStopped)
-			t := time.NewTicker(cfg.ProgressInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-progressDone:
-					return
-				case <-t.C:
-					cfg.Progress(col.progress(time.Since(start), sent.Load(), false))
-				}
-			}
-		}()
-	} else {
-		close(progressStopped)
-	}
-
+	stopProgress := l.reportProgress(col)
 	stopCtx := context.AfterFunc(ctx, p.stop)
 	defer stopCtx()
 
-	var wg sync.WaitGroup
 	if cfg.OpenLoop() {
-		// One pacer goroutine releases each request at its intended time;
-		// when every worker is busy it blocks, and the request goes out as
-		// soon as a worker is free, its latency still counted from the
-		// intended time.
-		jobs := make(chan job)
-		go func() {
-			defer close(jobs)
-			lockPacerThread()
-			for {
-				seq, intended, warm, ok := p.claim()
-				if !ok || !waitUntil(ctx, start.Add(time.Duration(intended))) {
-					return
-				}
-				j := job{seq, intended, warm}
-				select {
-				case jobs <- j:
-					continue
-				default:
-				}
-				// Every worker is busy: the request goes out when one is free, but not after
-				// the end of -duration. What was never sent by then is counted as unsent (a
-				// server slower than the rate would otherwise make the run last as long as it
-				// takes to send everything the rate scheduled: minutes instead of seconds).
-				var late <-chan time.Time
-				var t *time.Timer
-				if end := p.end(); end > 0 {
-					t = time.NewTimer(time.Until(start.Add(time.Duration(end))))
-					late = t.C
-				}
-				sent := true
-				select {
-				case jobs <- j:
-				case <-late:
-					p.giveUp(intended)
-					sent = false
-				case <-ctx.Done():
-					sent = false
-				}
-				if t != nil {
-					t.Stop()
-				}
-				if !sent {
-					return
-				}
-			}
-		}()
-		for i := range cfg.Concurrency {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w := newRequester(i)
-				defer w.release()
-				for j := range jobs {
-					sent.Add(1)
-					results <- w.do(start, j.seq, j.intended, j.warm)
-				}
-			}()
-		}
+		l.openLoop(ctx)
 	} else {
-		for i := range cfg.Concurrency {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w := newRequester(i)
-				defer w.release()
-				for {
-					seq, intended, warm, ok := p.claim()
-					if !ok {
-						return
-					}
-					sent.Add(1)
-					results <- w.do(start, seq, intended, warm)
-				}
-			}()
-		}
+		l.closedLoop()
 	}
-	wg.Wait()
-	close(results)
+	close(l.results)
 	<-collected
-	close(progressDone)
-	<-progressStopped
+	stopProgress()
 	end := time.Now()
 	cpu1 := readCPU()
 
 	res := col.result(start, end, cpu1.sub(cpu0))
 	if cfg.Progress != nil {
-		cfg.Progress(col.progress(end.Sub(start), sent.Load(), true))
+		cfg.Progress(col.progress(end.Sub(start), l.sent.Load(), true))
 	}
 	return res, nil
+}
+
+// requesters returns how each worker gets a requester of the run's protocol (an HTTP
+// request/response pair on a fasthttp client whose connections the workers take one each, or
+// a share of the gRPC connections), and what closes them after the run.
+func requesters(cfg *Config) (newRequester func(i int) requester, closeAll func(), err error) {
+	if cfg.Protocol == ProtocolGRPC {
+		clients, err := grpcClients(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(i int) requester { return &grpcWorker{cfg: cfg, client: clients[i%len(clients)]} }, func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}, nil
+	}
+	u, _ := url.Parse(cfg.URL)
+	client := hostClient(cfg, u)
+	newRequester = func(int) requester { return newWorker(cfg, client) }
+	if cfg.ExpectContinue {
+		newRequester = func(int) requester { return newExpectWorker(cfg, u) }
+	}
+	return newRequester, client.CloseIdleConnections, nil
+}
+
+// load is a run's sending side: the workers, each with its requester, and where their samples
+// go.
+type load struct {
+	cfg          *Config
+	p            *pacer
+	start        time.Time
+	results      chan sample
+	sent         atomic.Uint64
+	newRequester func(i int) requester
+}
+
+// reportProgress calls cfg.Progress every ProgressInterval until the returned function is
+// called.
+func (l *load) reportProgress(col *collector) (stop func()) {
+	if l.cfg.Progress == nil {
+		return func() {}
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(l.cfg.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				l.cfg.Progress(col.progress(time.Since(l.start), l.sent.Load(), false))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// openLoop sends the requests at their intended times until the pacer stops. One pacer
+// goroutine releases each request at its intended time; when every worker is busy it blocks,
+// and the request goes out as soon as a worker is free, its latency still counted from the
+// intended time.
+func (l *load) openLoop(ctx context.Context) {
+	jobs := make(chan job)
+	go l.pace(ctx, jobs)
+	var wg sync.WaitGroup
+	for i := range l.cfg.Concurrency {
+		wg.Go(func() {
+			w := l.newRequester(i)
+			defer w.release()
+			for j := range jobs {
+				l.sent.Add(1)
+				l.results <- w.do(l.start, j.seq, j.intended, j.warm)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pace hands jobs out at their intended times, then closes jobs.
+func (l *load) pace(ctx context.Context, jobs chan<- job) {
+	defer close(jobs)
+	lockPacerThread()
+	p := l.p
+	for {
+		seq, intended, warm, ok := p.claim()
+		if !ok || !waitUntil(ctx, l.start.Add(time.Duration(intended))) {
+			return
+		}
+		j := job{seq, intended, warm}
+		select {
+		case jobs <- j:
+			continue
+		default:
+		}
+		// Every worker is busy: the request goes out when one is free, but not after the end
+		// of -duration. What was never sent by then is counted as unsent (a server slower than
+		// the rate would otherwise make the run last as long as it takes to send everything
+		// the rate scheduled: minutes instead of seconds).
+		var late <-chan time.Time
+		var t *time.Timer
+		if end := p.end(); end > 0 {
+			t = time.NewTimer(time.Until(l.start.Add(time.Duration(end))))
+			late = t.C
+		}
+		sent := true
+		select {
+		case jobs <- j:
+		case <-late:
+			p.giveUp(intended)
+			sent = false
+		case <-ctx.Done():
+			sent = false
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if !sent {
+			return
+		}
+	}
+}
+
+// closedLoop has each worker send its next request as soon as the last is answered, until the
+// pacer stops.
+func (l *load) closedLoop() {
+	var wg sync.WaitGroup
+	for i := range l.cfg.Concurrency {
+		wg.Go(func() {
+			w := l.newRequester(i)
+			defer w.release()
+			for {
+				seq, intended, warm, ok := l.p.claim()
+				if !ok {
+					return
+				}
+				l.sent.Add(1)
+				l.results <- w.do(l.start, seq, intended, warm)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // requester sends a worker's requests, one at a time.
@@ -424,6 +456,7 @@ func (w *worker) do(start time.Time, seq, intended int64, warm bool) sample {
 	} else {
 		s.status = int32(w.resp.StatusCode())
 		s.bytesIn = int64(len(w.resp.Body()))
+		s.expired = string(w.resp.Header.Peek(RefusalHeader)) == RefusalExpired
 	}
 	w.resp.Reset()
 	return s

@@ -59,8 +59,12 @@ func (r *Result) WriteText(w io.Writer) error {
 	if s.Refused > 0 {
 		fmt.Fprintf(&b, "Latency of %s answers (ms):\n", ok)
 		writeStats(&b, s.SuccessLatency)
-		fmt.Fprintf(&b, "Latency of refusals, %s (ms, %d refused):\n", c.refusalNames(), s.Refused)
+		fmt.Fprintf(&b, "Latency of refusals, %s (ms, %d refused):\n", c.refusalNames(), s.Refused-s.Expired)
 		writeStats(&b, s.RefusalLatency)
+		if s.Expired > 0 {
+			fmt.Fprintf(&b, "Latency of refusals after a wait in the server's line (ms, %d marked %s: %s):\n", s.Expired, RefusalHeader, RefusalExpired)
+			writeStats(&b, s.ExpiredLatency)
+		}
 	}
 	if len(s.StatusCodes) > 0 {
 		if c.Protocol == string(ProtocolGRPC) {

@@ -272,7 +272,7 @@ func orientedGeometry(src *source, o int) source {
 	if m.swap {
 		ow, oh = oh, ow
 	}
-	out := source{ch: src.ch, w: ow, h: oh, dispW: src.dispW, dispH: src.dispH}
+	out := source{ch: src.ch, w: ow, h: oh, dispW: src.dispW, dispH: src.dispH, orient: o}
 	// Spans of the image within the (possibly DCT-scaled) buffer.
 	xs0, xs1, xw := src.x0, src.x1, float64(src.w)
 	ys0, ys1, yh := src.y0, src.y1, float64(src.h)

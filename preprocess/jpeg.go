@@ -426,7 +426,7 @@ func (p *Preprocessor) jpegHeader(d *jpegDecoder, data []byte) (jpegPlan, error)
 	}
 	// Target size of the resize, in stored orientation.
 	tw, th := p.opts.Width, p.opts.Height
-	if p.opts.Mode == ModeShorterSide {
+	if p.opts.Mode != ModeStretch {
 		tw, th, _, _ = p.geometry(pl.dispW, pl.dispH)
 	}
 	if pl.orient >= 5 {

@@ -34,6 +34,11 @@ const (
 	// ModeStretch resizes straight to Width x Height, ignoring the aspect
 	// ratio (the article's ModelWithTransforms); Resize is ignored.
 	ModeStretch Mode = "stretch"
+	// ModeLetterbox scales the image to fit Width x Height keeping its aspect ratio (the
+	// scaled size rounded half to even, as ultralytics' LetterBox does), centers it (the odd
+	// pixel of padding goes right and below) and fills the rest with Pad: what YOLO's exporters
+	// expect. Resize is ignored.
+	ModeLetterbox Mode = "letterbox"
 )
 
 // Scale selects the values written by Process.
@@ -105,6 +110,9 @@ type Options struct {
 	// pixels (width*height) with ErrTooLarge before any pixel memory is
 	// allocated. Default DefaultMaxPixels (config name max_pixels).
 	MaxPixels int64
+	// Pad is the value (0..255, every channel, before normalization) of ModeLetterbox's
+	// padding. The zero value is black; YOLO's exporters pad with 114.
+	Pad uint8
 }
 
 // Preprocessor converts encoded images into model-input slots. It is
@@ -160,12 +168,12 @@ func New(opts Options) (*Preprocessor, error) {
 			return nil, fmt.Errorf("preprocess: invalid options: resize must be in %d..%d (at least max(width, height)) for mode %q, got %d",
 				m, maxSide, opts.Mode, opts.Resize)
 		}
-	case ModeStretch:
+	case ModeStretch, ModeLetterbox:
 		if opts.Resize < 0 || opts.Resize > maxSide {
 			return nil, fmt.Errorf("preprocess: invalid options: resize must be in 0..%d, got %d", maxSide, opts.Resize)
 		}
 	default:
-		return nil, fmt.Errorf("preprocess: invalid options: mode must be %q or %q, got %q", ModeShorterSide, ModeStretch, opts.Mode)
+		return nil, fmt.Errorf("preprocess: invalid options: mode must be %q, %q or %q, got %q", ModeShorterSide, ModeStretch, ModeLetterbox, opts.Mode)
 	}
 	if opts.Scale == "" {
 		opts.Scale = ScaleNormalized
@@ -369,8 +377,12 @@ func (p *Preprocessor) checkPixels(kind string, w, h int) error {
 // size is w x h, and the crop window within it.
 func (p *Preprocessor) geometry(w, h int) (rw, rh, left, top int) {
 	o := &p.opts
-	if o.Mode == ModeStretch {
+	switch o.Mode {
+	case ModeStretch:
 		return o.Width, o.Height, 0, 0
+	case ModeLetterbox:
+		rw, rh, _, _ = p.place(w, h)
+		return rw, rh, 0, 0
 	}
 	// torchvision _compute_resized_output_size + CenterCrop.
 	if w <= h {
@@ -385,8 +397,69 @@ func (p *Preprocessor) geometry(w, h int) (rw, rh, left, top int) {
 	return rw, rh, left, top
 }
 
-// sink is where the final rows go: exactly one of f32 and u8 is set.
+// place returns the size of the resized image within the slot and where its top-left pixel
+// lands: the whole slot, except in ModeLetterbox.
+func (p *Preprocessor) place(w, h int) (ow, oh, dx, dy int) {
+	o := &p.opts
+	if o.Mode != ModeLetterbox {
+		return o.Width, o.Height, 0, 0
+	}
+	r := min(float64(o.Width)/float64(w), float64(o.Height)/float64(h))
+	ow = min(max(int(math.RoundToEven(float64(w)*r)), 1), o.Width)
+	oh = min(max(int(math.RoundToEven(float64(h)*r)), 1), o.Height)
+	return ow, oh, (o.Width - ow) / 2, (o.Height - oh) / 2
+}
+
+// Geometry is where an image went in its slot: the original image (as displayed, after its
+// EXIF orientation, at full resolution) maps to slot pixels by slot = original*Scale + Offset
+// on each axis. A stretch has Offset 0; a shorter-side resize and center crop a negative
+// Offset (the crop); a letterbox the padding. Boxes a detector finds in slot pixels map back
+// by original = (slot - Offset) / Scale.
+type Geometry struct {
+	// Width and Height of the original image after EXIF orientation.
+	Width, Height int
+	// Orientation is the EXIF orientation applied (1..8; 1 for formats without one).
+	Orientation      int
+	ScaleX, ScaleY   float64
+	OffsetX, OffsetY float64
+}
+
+// Geometry returns the geometry of an image displayed w x h (after EXIF orientation
+// orientation) under p's options, as ProcessGeometry reports it.
+func (p *Preprocessor) Geometry(w, h, orientation int) Geometry {
+	rw, rh, left, top := p.geometry(w, h)
+	_, _, dx, dy := p.place(w, h)
+	return Geometry{Width: w, Height: h, Orientation: max(orientation, 1),
+		ScaleX: float64(rw) / float64(w), ScaleY: float64(rh) / float64(h),
+		OffsetX: float64(dx - left), OffsetY: float64(dy - top)}
+}
+
+// ProcessGeometry is ProcessContext that also reports where the image went in the slot (a
+// detector's boxes are mapped back with it).
+func (p *Preprocessor) ProcessGeometry(ctx context.Context, data []byte, dst []float32) (Geometry, error) {
+	if len(dst) < p.SlotLen() {
+		return Geometry{}, fmt.Errorf("preprocess: destination holds %d values, a slot needs %d", len(dst), p.SlotLen())
+	}
+	var g Geometry
+	err := p.runContext(ctx, data, sink{f32: dst[:p.SlotLen()], geom: &g})
+	return g, err
+}
+
+// ProcessUint8Geometry is ProcessUint8Context that also reports where the image went in the
+// slot, as ProcessGeometry does.
+func (p *Preprocessor) ProcessUint8Geometry(ctx context.Context, data []byte, dst []uint8) (Geometry, error) {
+	if len(dst) < p.SlotLen() {
+		return Geometry{}, fmt.Errorf("preprocess: destination holds %d values, a slot needs %d", len(dst), p.SlotLen())
+	}
+	var g Geometry
+	err := p.runContext(ctx, data, sink{u8: dst[:p.SlotLen()], geom: &g})
+	return g, err
+}
+
+// sink is where the final rows go: exactly one of f32 and u8 is set. geom, when set, receives
+// the image's geometry.
 type sink struct {
-	f32 []float32
-	u8  []uint8
+	f32  []float32
+	u8   []uint8
+	geom *Geometry
 }

@@ -12,6 +12,11 @@
 # files, so that a .proto edited without `make proto`, or generated code edited by hand, fails
 # `go test` where protoc is not installed (CI). `scripts/proto.sh -check` regenerates into a
 # temporary directory and fails if the committed files differ.
+#
+# model_config.proto is Triton's own (triton-inference-server/common, protobuf/, licence in
+# LICENSE.triton), byte for byte at TRITON_COMMON_COMMIT: configs/triton reads config.pbtxt files
+# with its generated code. It has no go_package option; the M flag below gives it ours, so the
+# file stays as published (api/inference's tests hold it to TRITON_MODEL_CONFIG_SHA256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,6 +27,15 @@ PROTOC_GEN_GO_VERSION=$(go list -m -f '{{.Version}}' google.golang.org/protobuf)
 PROTO_BIN=${PROTO_BIN:-$ROOT/.deps/bin}
 DIR=api/inference
 PROTOS=(grpc_service.proto model_config.proto)
+GO_PACKAGE=github.com/imagegate/imagegate/api/inference
+# The upstream file vendored as model_config.proto (update both together, then make proto).
+TRITON_COMMON_COMMIT=83adf7cf88a2f343005974dff3728be746de2d66
+TRITON_MODEL_CONFIG_SHA256=eb72c7ee93dc0eb6aa4393ff186ca0dd0898f0e138b0cd04eb0624a1a592f5f1
+if ! echo "$TRITON_MODEL_CONFIG_SHA256  $DIR/model_config.proto" | sha256sum -c --status; then
+  echo "proto: $DIR/model_config.proto is not Triton's file at $TRITON_COMMON_COMMIT: fetch" >&2
+  echo "proto: https://raw.githubusercontent.com/triton-inference-server/common/$TRITON_COMMON_COMMIT/protobuf/model_config.proto" >&2
+  exit 1
+fi
 
 check=0
 [ "${1:-}" = -check ] && check=1
@@ -58,8 +72,8 @@ if [ $check = 1 ]; then
   trap 'rm -rf "$out"' EXIT
 fi
 PATH="$gen_go:$gen_grpc:$PATH" protoc -I "$DIR" \
-  --go_out="$out" --go_opt=paths=source_relative \
-  --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
+  --go_out="$out" --go_opt=paths=source_relative --go_opt=Mmodel_config.proto=$GO_PACKAGE \
+  --go-grpc_out="$out" --go-grpc_opt=paths=source_relative --go-grpc_opt=Mmodel_config.proto=$GO_PACKAGE \
   "${PROTOS[@]}"
 
 sums() { # DIR: the checksums of the .proto files in $DIR/ and of the generated files in $1

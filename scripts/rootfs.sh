@@ -87,7 +87,8 @@ ln -sf "libonnxruntime.so.$ort_version" "$out$libdir/libonnxruntime.so.1"
 ln -sf "libonnxruntime.so.$ort_version" "$out$libdir/libonnxruntime.so"
 
 # 3b. the default model's cache entry, made by the gateway itself (-check loads the model as a
-# start does), so that a container starts on it instead of optimizing the model. The entry is
+# start does), so that a container starts on it instead of optimizing the model; beside it,
+# the model's batch curve (max_batch_size: auto), so that it does not measure it either. The entry is
 # keyed by the CPU's features among others: a container on this machine's kind of CPU loads it;
 # on another kind it misses, warns once that the read-only folder cannot take a new entry, and
 # starts as without a cache.

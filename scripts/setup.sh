@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine (as root, or with sudo) to build and run the gateway:
-#   scripts/setup.sh          build and run dependencies
+#   scripts/setup.sh [--from SOURCE]   build and run dependencies, and the pretrained ImageNet
+#                                      classifier `make run` serves (scripts/setup-model.sh:
+#                                      offline, it says so and make run serves the bundled
+#                                      model; --from takes the model from a mirror or a folder)
 #   scripts/setup.sh test     also what the test suite needs (headless Chromium for the
 #                             load generator's HTML report test, HAProxy for the fleet test,
-#                             Prometheus's promtool and server for the metrics tests, Python's
-#                             grpcio for the gRPC-over-TLS client test)
+#                             Prometheus's promtool and server for the metrics tests, Python
+#                             with PIL, numpy and onnx for the references of the vision tests,
+#                             grpcio for the gRPC clients' tests (Triton's schema, TLS),
+#                             podman to load the image make image writes, shellcheck for the
+#                             workflows' scripts); the tests read their models from ../shared
+#                             and fetch none
 # It is idempotent: packages already installed are not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+mode=run
+model_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    test) mode=test; shift ;;
+    --from) [ $# -ge 2 ] || { echo "setup: --from needs a source" >&2; exit 2; }; model_args=(--from "$2"); shift 2 ;;
+    --from=*) model_args=(--from "${1#--from=}"); shift ;;
+    *) echo "usage: scripts/setup.sh [test] [--from SOURCE]" >&2; exit 2 ;;
+  esac
+done
+
 pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev libspng-dev ca-certificates curl unzip make git)
 command -v npm >/dev/null || pkgs+=(npm)
-if [ "${1:-}" = test ]; then
-  pkgs+=(chromium haproxy prometheus python3-grpcio) # python3-grpcio: the TLS test's Python gRPC client
+if [ $mode = test ]; then
+  # Debian's Python with PIL, numpy and onnx: the detection and embedding tests compute their
+  # references with them on the machine they run on (PIL-exact preprocessing, models cut in a test);
+  # python3-grpcio: the gRPC clients of the Triton and TLS tests.
+  pkgs+=(chromium haproxy prometheus podman shellcheck python3-pil python3-numpy python3-onnx python3-grpcio)
 fi
 
 missing=()
@@ -55,3 +76,6 @@ if ! go_ok; then
 fi
 go mod download
 scripts/setup-onnxruntime.sh
+if [ $mode = run ]; then
+  scripts/setup-model.sh "${model_args[@]}"
+fi

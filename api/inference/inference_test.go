@@ -224,3 +224,34 @@ func TestGeneratorVersions(t *testing.T) {
 		t.Errorf("generated files %v, want %v", gen, want)
 	}
 }
+
+// TestTritonModelConfigVendored: model_config.proto is Triton's published file as it is
+// (scripts/proto.sh pins its commit and checksum), with its licence beside it, so that a
+// config.pbtxt is read with Triton's own schema.
+func TestTritonModelConfigVendored(t *testing.T) {
+	script, err := os.ReadFile("../../scripts/proto.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^TRITON_MODEL_CONFIG_SHA256=([0-9a-f]{64})$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/proto.sh does not pin TRITON_MODEL_CONFIG_SHA256")
+	}
+	data, err := os.ReadFile("model_config.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := sha256.Sum256(data); hex.EncodeToString(h[:]) != string(m[1]) {
+		t.Errorf("model_config.proto is not the Triton file scripts/proto.sh pins (sha256 %x)", h)
+	}
+	lic, err := os.ReadFile("LICENSE.triton")
+	if err != nil || !strings.Contains(string(lic), "NVIDIA CORPORATION") || !strings.Contains(string(lic), "Redistribution and use") {
+		t.Errorf("LICENSE.triton, Triton's BSD licence, is missing or not it (%v)", err)
+	}
+	// Messages of Triton's that only the full file has: a config.pbtxt using them parses.
+	for _, msg := range []protoreflect.ProtoMessage{&ModelSequenceBatching{}, &ModelEnsembling{}, &ModelOptimizationPolicy{}, &ModelWarmup{}} {
+		if msg.ProtoReflect().Descriptor().ParentFile().Path() != "model_config.proto" {
+			t.Errorf("%s is not from model_config.proto", msg.ProtoReflect().Descriptor().FullName())
+		}
+	}
+}

@@ -6,9 +6,19 @@
 // API (same as the article's services):
 //   GET  /          -> {"status":"healthy","message":"Node.js model service is running."}
 //   POST /predict/  {"image":"<base64 JPEG/PNG/...>"} -> {"prediction":"<label>"}
+// and, for the other tasks the gateway serves (TASK), the gateway's answers:
+//   TASK=embed:  -> {"embedding":[...]}: the model's first output (or OUTPUT) for the image,
+//                   L2-normalized with NORMALIZE=1; preprocessing as the classifier's.
+//   TASK=detect: -> {"detections":[{"label","score","box":[x1,y1,x2,y2]}]}: an SSD-style
+//                   model's boxes (normalized corners) and scores (class 0 the background),
+//                   decoded here: EXIF orientation applied, stretched to DETECT_WIDTH x
+//                   DETECT_HEIGHT (320x240), (x/255-MEAN)/STD (ultraface's 127/255, 128/255),
+//                   per-class greedy NMS (SCORE 0.7, IOU 0.3, MAX_DETECTIONS 100), boxes scaled
+//                   to the photo and clipped: the work the gateway does for such a model.
 //
 // Environment: PORT (8080), WORKERS (one per core), MODEL (the repository's default model),
-// LABELS (labels.txt next to MODEL), MAX_BODY_BYTES (32 MiB).
+// LABELS (labels.txt next to MODEL), MAX_BODY_BYTES (32 MiB), TASK (classify), and the
+// task's settings above.
 const cluster = require('node:cluster');
 const fs = require('node:fs');
 const http = require('node:http');
@@ -21,6 +31,18 @@ const MODEL = process.env.MODEL ||
   path.join(__dirname, '..', '..', 'models', 'mobilenet_v3_small', 'model.onnx');
 const LABELS = process.env.LABELS || path.join(path.dirname(MODEL), 'labels.txt');
 const MAX_BODY_BYTES = Number(process.env.MAX_BODY_BYTES || 32 << 20);
+const TASK = process.env.TASK || 'classify';
+if (!['classify', 'embed', 'detect'].includes(TASK)) throw new Error(`TASK must be classify, embed or detect, got ${TASK}`);
+const env3 = (name, dflt) => (process.env[name] ? process.env[name].split(',').map(Number) : dflt);
+const DETECT = {
+  width: Number(process.env.DETECT_WIDTH || 320),
+  height: Number(process.env.DETECT_HEIGHT || 240),
+  mean: env3('MEAN', [127 / 255, 127 / 255, 127 / 255]),
+  std: env3('STD', [128 / 255, 128 / 255, 128 / 255]),
+  score: Number(process.env.SCORE || 0.7),
+  iou: Number(process.env.IOU || 0.3),
+  max: Number(process.env.MAX_DETECTIONS || 100),
+};
 
 // Preprocessing of torchvision's MobileNet_V3_Small_Weights.DEFAULT.transforms().
 const RESIZE = 256;
@@ -51,7 +73,11 @@ async function startWorker() {
   const ort = require('onnxruntime-node');
   const sharp = require('sharp');
   sharp.concurrency(1); // one worker process per core already
-  const labels = fs.readFileSync(LABELS, 'utf8').split('\n').map((s) => s.trim()).filter(Boolean);
+  // Labels are the classifier's (required) and the detector's (optional: class indices).
+  let labels = [];
+  if (TASK === 'classify' || fs.existsSync(LABELS)) {
+    labels = fs.readFileSync(LABELS, 'utf8').split('\n').map((s) => s.trim()).filter(Boolean);
+  }
   const session = await ort.InferenceSession.create(MODEL, {
     intraOpNumThreads: 1,
     interOpNumThreads: 1,
@@ -59,7 +85,7 @@ async function startWorker() {
     graphOptimizationLevel: 'all',
   });
   const inputName = session.inputNames[0];
-  const outputName = session.outputNames[0];
+  const outputName = process.env.OUTPUT || session.outputNames[0];
 
   async function preprocess(bytes) {
     const meta = await sharp(bytes).metadata();
@@ -96,6 +122,99 @@ async function startWorker() {
     return out;
   }
 
+  // The detector's preprocessing: EXIF orientation, stretch, normalization; and the photo's
+  // size as shown, for mapping the boxes back.
+  async function preprocessDetect(bytes) {
+    const { width, height, mean, std } = DETECT;
+    const { data, info } = await sharp(bytes)
+      .rotate()
+      .resize(width, height, { fit: 'fill', kernel: sharp.kernel.linear })
+      .removeAlpha()
+      .toColourspace('srgb')
+      .raw()
+      .toBuffer({ resolveWithObject: true });
+    if (info.channels !== 3) throw new HttpError(400, `unexpected decoded shape ${info.width}x${info.height}x${info.channels}`);
+    const meta = await sharp(bytes).metadata();
+    const swap = (meta.orientation || 1) >= 5;
+    const plane = width * height;
+    const out = new Float32Array(3 * plane);
+    for (let c = 0; c < 3; c++) {
+      const scale = 1 / (255 * std[c]);
+      const shift = mean[c] / std[c];
+      for (let i = 0; i < plane; i++) out[c * plane + i] = data[i * 3 + c] * scale - shift;
+    }
+    return { input: out, w: swap ? meta.height : meta.width, h: swap ? meta.width : meta.height };
+  }
+
+  // Per-class greedy NMS over the anchors of boxes [N, 4] (normalized corners) and scores
+  // [N, C], class 0 the background; boxes scaled to w x h and clipped.
+  function decodeDetections(boxes, scores, classes, w, h) {
+    const { score, iou, max } = DETECT;
+    const cand = [];
+    const n = scores.length / classes;
+    for (let i = 0; i < n; i++) {
+      for (let c = 1; c < classes; c++) {
+        const s = scores[i * classes + c];
+        if (s > score) cand.push({ s, c, b: [boxes[4 * i] * w, boxes[4 * i + 1] * h, boxes[4 * i + 2] * w, boxes[4 * i + 3] * h] });
+      }
+    }
+    cand.sort((a, b) => b.s - a.s);
+    const area = (b) => Math.max(0, b[2] - b[0]) * Math.max(0, b[3] - b[1]);
+    const overlap = (a, b) => {
+      const iw = Math.min(a[2], b[2]) - Math.max(a[0], b[0]);
+      const ih = Math.min(a[3], b[3]) - Math.max(a[1], b[1]);
+      if (iw <= 0 || ih <= 0) return 0;
+      const inter = iw * ih;
+      return inter / (area(a) + area(b) - inter);
+    };
+    const kept = [];
+    for (const d of cand) {
+      if (kept.length >= max) break;
+      if (kept.some((k) => k.c === d.c && overlap(k.b, d.b) > iou)) continue;
+      kept.push(d);
+    }
+    const clip = (v, hi) => Math.min(Math.max(v, 0), hi);
+    return kept.map((d) => ({
+      label: labels[d.c] || String(d.c),
+      score: d.s,
+      box: [clip(d.b[0], w), clip(d.b[1], h), clip(d.b[2], w), clip(d.b[3], h)],
+    }));
+  }
+
+  // decoded runs a preprocessing step: a failure there is the image's (400).
+  async function decoded(step) {
+    try {
+      return await step;
+    } catch (e) {
+      if (e instanceof HttpError) throw e;
+      throw new HttpError(400, `cannot decode image: ${e.message}`);
+    }
+  }
+
+  async function infer(bytes) {
+    if (TASK === 'detect') {
+      const { input, w, h } = await decoded(preprocessDetect(bytes));
+      const result = await session.run({ [inputName]: new ort.Tensor('float32', input, [1, 3, DETECT.height, DETECT.width]) });
+      const scores = result[process.env.SCORES_OUTPUT || 'scores'];
+      const boxes = result[process.env.BOXES_OUTPUT || 'boxes'];
+      return { detections: decodeDetections(boxes.data, scores.data, scores.dims[scores.dims.length - 1], w, h) };
+    }
+    const input = await decoded(preprocess(bytes));
+    const result = await session.run({ [inputName]: new ort.Tensor('float32', input, [1, 3, CROP, CROP]) });
+    const out = result[outputName].data;
+    if (TASK === 'embed') {
+      const v = Array.from(out);
+      if (process.env.NORMALIZE === '1') {
+        const norm = Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+        if (norm > 0) for (let i = 0; i < v.length; i++) v[i] /= norm;
+      }
+      return { embedding: v };
+    }
+    let best = 0;
+    for (let i = 1; i < out.length; i++) if (out[i] > out[best]) best = i;
+    return { prediction: labels[best] };
+  }
+
   async function predict(body) {
     let payload;
     try {
@@ -108,19 +227,7 @@ async function startWorker() {
     }
     const bytes = Buffer.from(payload.image, 'base64');
     if (bytes.length === 0) throw new HttpError(400, 'image is empty');
-    let input;
-    try {
-      input = await preprocess(bytes);
-    } catch (e) {
-      if (e instanceof HttpError) throw e;
-      throw new HttpError(400, `cannot decode image: ${e.message}`);
-    }
-    const tensor = new ort.Tensor('float32', input, [1, 3, CROP, CROP]);
-    const result = await session.run({ [inputName]: tensor });
-    const logits = result[outputName].data;
-    let best = 0;
-    for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
-    return labels[best];
+    return infer(bytes);
   }
 
   const server = http.createServer((req, res) => {
@@ -145,7 +252,7 @@ async function startWorker() {
     req.on('end', () => {
       if (aborted) return;
       predict(Buffer.concat(chunks, size).toString('utf8')).then(
-        (label) => send(res, 200, { prediction: label }),
+        (answer) => send(res, 200, answer),
         (err) => {
           if (err instanceof HttpError) return send(res, err.status, { detail: err.message });
           console.error(`worker ${process.pid}: ${err.stack || err}`);

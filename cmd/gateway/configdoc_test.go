@@ -69,7 +69,7 @@ func TestConfigurationDocDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := shown.Models[0], empty.Models[0]
-	if !reflect.DeepEqual(shown.Server, empty.Server) || shown.Log != empty.Log || shown.Repository != empty.Repository || shown.ONNXRuntime != empty.ONNXRuntime ||
+	if !reflect.DeepEqual(shown.Server, empty.Server) || shown.Log != empty.Log || !reflect.DeepEqual(shown.Repository, empty.Repository) || shown.ONNXRuntime != empty.ONNXRuntime ||
 		a.Name != b.Name || a.Path != b.Path || a.Labels != b.Labels || !reflect.DeepEqual(a.VersionPolicy, b.VersionPolicy) || a.Input != b.Input || a.Output != b.Output ||
 		!reflect.DeepEqual(a.Preprocess, b.Preprocess) || !reflect.DeepEqual(a.Batching, b.Batching) || a.Runtime != b.Runtime {
 		t.Fatalf("the defaults block means something else than no configuration:\n%+v\n%+v", shown, empty)

@@ -162,7 +162,8 @@ func TestDocsMetricsMatchTheGateway(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys.yaml")
 	os.WriteFile(keys, []byte("keys:\n  - {name: docs, key: docs-test-key-0123456789}\n"), 0o600)
 	config := fmt.Sprintf("server: {tls: {grpc: {cert_file: %s, key_file: %s}}, api_keys: {file: %s}}\n", pair.CertFile, pair.KeyFile, keys) +
-		"models:\n" + defaultModelYAML(t, "{max_batch_size: 4, max_queue_delay: 1ms, adaptive: {latency_target: 50ms}}")
+		"models:\n" + defaultModelYAML(t, "{max_batch_size: 4, max_queue_delay: 1ms, adaptive: {latency_target: 50ms}}") +
+		fmt.Sprintf("  - {name: auto, path: %s/models/mobilenet_v3_small/model.onnx}\n", repoRoot(t)) // max_batch_size: auto, its curve's series
 	g := startGatewayFile(t, cfgPath, config)
 	const key = "X-API-Key"
 	if a := g.do("POST", "/predict/", "image/png", testPNG(t), key, "docs-test-key-0123456789"); a.status != 200 {
@@ -341,7 +342,7 @@ func gatewayFlags(t *testing.T) map[string]bool {
 func TestDocsFlagsMatchTheBinary(t *testing.T) {
 	have := gatewayFlags(t)
 	listed := map[string]bool{}
-	flag := regexp.MustCompile(`^-([a-zA-Z_-]+)`)
+	flag := regexp.MustCompile(`^--?([a-zA-Z][a-zA-Z_-]*)`) // -x, or --x as Triton's and KServe's spell them
 	for _, cells := range tableRows(section(t, readDoc(t, "docs/operations.md"), "## Flags and environment")) {
 		for _, m := range codeSpan.FindAllStringSubmatch(cells[0], -1) {
 			if f := flag.FindStringSubmatch(m[1]); f != nil {

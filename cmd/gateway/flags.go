@@ -37,6 +37,7 @@ type options struct {
 	tlsClientCA string
 	apiKeys     string
 	modelDir    *modelDirFlags // KServe's -model_dir, -model_name, -http_port: kserve.go
+	triton      *tritonFlags   // Triton's -model-repository, -model-control-mode...: triton.go
 }
 
 func newOptions(fs *flag.FlagSet) *options {
@@ -59,6 +60,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM file of the CAs whose client certificates are required (mutual TLS; overrides server.tls.client_ca_file)")
 	fs.StringVar(&o.apiKeys, "api-keys", "", "key file: every inference request needs a key (overrides server.api_keys.file; docs/security.md)")
 	o.modelDir = addModelDirFlags(fs)
+	o.triton = addTritonFlags(fs)
 	return o
 }
 
@@ -71,6 +73,9 @@ func (o *options) set() map[string]bool {
 
 // validate refuses combinations of flags that mean nothing, and values no key accepts.
 func (o *options) validate() error {
+	if err := tritonCommand(o.fs, o); err != nil {
+		return err
+	}
 	set := o.set()
 	switch {
 	case o.model != "" && set["config"]:
@@ -79,6 +84,9 @@ func (o *options) validate() error {
 		return errors.New("give -model or -model_dir, not both")
 	case o.model == "" && (set["labels"] || set["name"]):
 		return errors.New("-labels and -name go with -model")
+	}
+	if err := o.triton.validate(o); err != nil {
+		return err
 	}
 	if o.logLevel != "" {
 		if _, err := parseLevel(o.logLevel); err != nil {
@@ -115,6 +123,8 @@ func (o *options) source() (source, error) {
 		load = func(string) (*configs.Config, error) { return configs.ForModel(model, labels, n) }
 		name = "-model " + model
 	}
+	src := o.triton.wrap(source{load: load, name: name, listen: listen, listenFrom: from}, o)
+	load, name, listen, from = src.load, src.name, src.listen, src.listenFrom
 	if listen == "" {
 		if env := os.Getenv(listenEnv); env != "" {
 			listen, from = env, "$"+listenEnv

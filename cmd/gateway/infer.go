@@ -44,7 +44,7 @@ func logSettings(log *slog.Logger, name, version string, c configs.Completion) {
 		groups[kind] = append(groups[kind], v)
 	}
 	args := []any{"model", name, "version", version}
-	for _, g := range []struct{ kind, attr string }{{"yaml", "from_yaml"}, {"flag", "from_flags"}, {"model", "from_model"},
+	for _, g := range []struct{ kind, attr string }{{"yaml", "from_yaml"}, {"config.pbtxt", "from_config_pbtxt"}, {"flag", "from_flags"}, {"model", "from_model"},
 		{"metadata", "from_metadata"}, {"file", "from_file"}, {"default", "defaults"}} {
 		if vs := groups[g.kind]; len(vs) > 0 {
 			args = append(args, g.attr, strings.Join(vs, ", "))

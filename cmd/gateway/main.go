@@ -71,6 +71,10 @@ func main() {
 	}
 }
 
+// run is the gateway's life, one step after another: the configuration, the process's settings
+// and ONNX Runtime, the server with every model loaded and warmed (-check ends there), the
+// listeners, the reloads (SIGHUP, repository.poll), then the wait for SIGTERM or SIGINT and the
+// drain.
 func run(o *options, src source, log *slog.Logger) error {
 	start := time.Now()
 	repo := &repository{load: src.load, path: src.name, listen: src.listen, listenFrom: src.listenFrom, log: log}
@@ -82,25 +86,11 @@ func run(o *options, src source, log *slog.Logger) error {
 	if o.printConfig {
 		return printConfig(os.Stdout, cfg, src.name)
 	}
-	log = newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
-	repo.log = log
-	slog.SetDefault(log) // what packages log without a logger of their own (runtime/ort's model cache)
-	check := o.check
-	lib := ort.FindLibrary(cfg.ONNXRuntime.Library)
-	if err := ort.Init(lib); err != nil {
-		return err
-	}
-	token, err := adminToken(cfg.Server.AdminTokenFile)
+	log = configureLogs(cfg, repo)
+	lib, token, err := setUpProcess(cfg, log)
 	if err != nil {
 		return err
 	}
-	listeners := 1
-	if cfg.Server.GRPCListen != "off" {
-		listeners = 2 // the gRPC listener has its own max_connections
-	}
-	checkFileLimit(listeners*cfg.Server.MaxConnections, log)
-	setProcs(cfg, log)
-	setGC(log)
 	traces, err := tracerProvider(log)
 	if err != nil {
 		return err
@@ -110,34 +100,96 @@ func run(o *options, src source, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	closeNow := func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // nothing was served: no drain to wait for
-		srv.Shutdown(ctx)
-	}
 	// Every model is loaded (and checked against its configuration: labels, preprocessing,
 	// input size) and warmed before the server listens; -check stops there. (Listening first,
 	// to answer health checks during the load, slowed a start measured with frequent probes,
 	// bench/history.md; a startupProbe covers the load.)
-	if err := srv.Reload(); err != nil {
-		closeNow()
+	if err := startModels(srv, cfg, o.triton, log); err != nil { // Reload, and explicit model control's loads (triton.go)
+		closeNow(srv)
 		return err
 	}
-	if check {
-		for _, m := range cfg.Models {
-			fmt.Printf("ok: model %s (%s): %d instance(s)\n", m.Name, m.Path, m.Runtime.Instances) // its settings: the "model settings" log line
-		}
-		fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
-		closeNow()
+	if o.check {
+		reportCheck(cfg, src, lib, repo)
+		closeNow(srv)
 		return nil
 	}
+	l, err := listen(srv, cfg, o, token, log)
+	if err != nil {
+		closeNow(srv)
+		return err
+	}
+	log.Info("serving", "addr", l.addr, "tls", tlsOn(cfg.Server, "http"), "api_keys", cfg.Server.APIKeys.File != "", "models", len(cfg.Models),
+		"onnxruntime", ort.Version(), "startup", time.Since(start).Round(time.Millisecond))
+	r := startReloads(srv, repo, cfg, log)
+	sig := make(chan os.Signal, 8) // a burst of signals is not dropped (the drain logs each)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if err := waitForStop(sig, l.served, r, cfg, log); err != nil {
+		closeNow(srv)
+		return err
+	}
+	defer ignoreSignals(sig, log)()
+	return drain(srv, cfg, l, r, log)
+}
+
+// configureLogs makes the configuration's log settings the process's (and the repository's).
+func configureLogs(cfg *configs.Config, repo *repository) *slog.Logger {
+	log := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format)
+	repo.log = log
+	slog.SetDefault(log) // what packages log without a logger of their own (runtime/ort's model cache)
+	return log
+}
+
+// setUpProcess loads ONNX Runtime (the library's path is returned) and reads the admin token,
+// then makes the settings of the whole process: the open-file limit, GOMAXPROCS, the GC.
+func setUpProcess(cfg *configs.Config, log *slog.Logger) (lib, token string, err error) {
+	lib = ort.FindLibrary(cfg.ONNXRuntime.Library)
+	if err := ort.Init(lib); err != nil {
+		return "", "", err
+	}
+	if token, err = adminToken(cfg.Server.AdminTokenFile); err != nil {
+		return "", "", err
+	}
+	listeners := 1
+	if cfg.Server.GRPCListen != "off" {
+		listeners = 2 // the gRPC listener has its own max_connections
+	}
+	checkFileLimit(listeners*cfg.Server.MaxConnections, log)
+	setProcs(cfg, log)
+	setGC(log)
+	return lib, token, nil
+}
+
+// closeNow stops a server that served nothing: no drain to wait for.
+func closeNow(srv *gateway.Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	srv.Shutdown(ctx)
+}
+
+// reportCheck says what -check found valid.
+func reportCheck(cfg *configs.Config, src source, lib string, repo *repository) {
+	for _, m := range cfg.Models {
+		fmt.Printf("ok: model %s (%s): %d instance(s)%s\n", m.Name, m.Path, m.Runtime.Instances, repo.choices(m.Name)) // its settings: the "model settings" log line
+	}
+	fmt.Printf("ok: %s is valid (ONNX Runtime %s from %s)\n", src.name, ort.Version(), lib)
+}
+
+// listening is the public listener and how its Serve ended.
+type listening struct {
+	ln     net.Listener
+	addr   string
+	served chan error
+}
+
+// listen opens the listeners and serves on them: the public one (it must open), the admin API
+// and gRPC (each served if its address can be had; a gRPC address set explicitly must open).
+func listen(srv *gateway.Server, cfg *configs.Config, o *options, token string, log *slog.Logger) (*listening, error) {
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
-		closeNow()
-		return fmt.Errorf("cannot listen on %s (-listen, $IMAGEGATE_LISTEN or server.listen): %w", cfg.Server.Listen, err)
+		return nil, fmt.Errorf("cannot listen on %s (-listen, $IMAGEGATE_LISTEN or server.listen): %w", cfg.Server.Listen, err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	l := &listening{ln: ln, addr: ln.Addr().String(), served: make(chan error, 1)}
+	go func() { l.served <- srv.Serve(ln) }()
 	if a := cfg.Server.AdminListen; a != "off" {
 		if aln, err := net.Listen("tcp", a); err != nil {
 			// Several gateways on one host: the second finds the default port taken. It
@@ -152,8 +204,8 @@ func run(o *options, src source, log *slog.Logger) error {
 		gln, err := net.Listen("tcp", a)
 		switch {
 		case err != nil && o.grpcListenExplicit():
-			closeNow()
-			return fmt.Errorf("cannot listen for gRPC on %s (-grpc-listen, $%s or server.grpc_listen): %w", a, grpcListenEnv, err)
+			ln.Close()
+			return nil, fmt.Errorf("cannot listen for gRPC on %s (-grpc-listen, $%s or server.grpc_listen): %w", a, grpcListenEnv, err)
 		case err != nil:
 			// Several gateways on one host: the second finds the default port taken. It
 			// serves HTTP without gRPC rather than not at all.
@@ -167,17 +219,25 @@ func run(o *options, src source, log *slog.Logger) error {
 			log.Info("grpc", "addr", gln.Addr().String(), "tls", tlsOn(cfg.Server, "grpc"))
 		}
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "tls", tlsOn(cfg.Server, "http"), "api_keys", cfg.Server.APIKeys.File != "", "models", len(cfg.Models),
-		"onnxruntime", ort.Version(), "startup", time.Since(start).Round(time.Millisecond))
+	return l, nil
+}
 
-	stopPoll := make(chan struct{})
-	var polling sync.WaitGroup
+// reloading is the reloads' machinery: repository.poll's loop and SIGHUP's.
+type reloading struct {
+	stopPoll chan struct{}
+	requests chan struct{} // SIGHUP's, one pending at most
+	wg       sync.WaitGroup
+}
+
+// startReloads starts repository.poll's loop (when set) and the loop that reloads on SIGHUP,
+// off the signal loop: a SIGTERM is never kept waiting.
+func startReloads(srv *gateway.Server, repo *repository, cfg *configs.Config, log *slog.Logger) *reloading {
+	r := &reloading{stopPoll: make(chan struct{}), requests: make(chan struct{}, 1)}
 	if d := cfg.Repository.Poll.D(); d > 0 {
-		polling.Go(func() { repo.poll(srv, d, stopPoll) })
+		r.wg.Go(func() { repo.poll(srv, d, r.stopPoll) })
 	}
-	reloads := make(chan struct{}, 1)
-	polling.Go(func() { // SIGHUP's reloads, off the signal loop: a SIGTERM is never kept waiting
-		for range reloads {
+	r.wg.Go(func() {
+		for range r.requests {
 			t := time.Now()
 			if err := srv.Reload(); err != nil {
 				log.Error("reload failed: what was served is still served", "signal", "SIGHUP", "took", time.Since(t).Round(time.Millisecond), "err", err)
@@ -186,33 +246,44 @@ func run(o *options, src source, log *slog.Logger) error {
 			}
 		}
 	})
-	sig := make(chan os.Signal, 8) // a burst of signals is not dropped (the drain logs each)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-wait:
+	return r
+}
+
+// stop ends the reloads' loops (a reload in progress finishes).
+func (r *reloading) stop() {
+	close(r.stopPoll)
+	close(r.requests)
+}
+
+// waitForStop serves until SIGTERM or SIGINT (nil: drain now), passing each SIGHUP to the
+// reloads; it returns the error of a public listener that stopped serving.
+func waitForStop(sig <-chan os.Signal, served <-chan error, r *reloading, cfg *configs.Config, log *slog.Logger) error {
 	for {
 		select {
 		case s := <-sig:
 			if s == syscall.SIGHUP {
 				select {
-				case reloads <- struct{}{}:
+				case r.requests <- struct{}{}:
 				default: // a reload is pending already: it will read the latest files
 				}
 				continue
 			}
 			log.Info("draining", "signal", s.String(), "drain_delay", cfg.Server.DrainDelay.D(), "shutdown_timeout", cfg.Server.ShutdownTimeout.D())
-			break wait
+			return nil
 		case err := <-served:
 			if err != nil {
-				closeNow()
 				return fmt.Errorf("serve: %w", err)
 			}
 		}
 	}
-	// Signals during the drain are noted and ignored: a SIGHUP (logrotate, a config tool) or a
-	// second SIGTERM (a supervisor repeating itself) must not end the drain with the default
-	// action, killing the process under the requests it is answering.
+}
+
+// ignoreSignals notes and ignores the signals that arrive during the drain, until the returned
+// function is called: a SIGHUP (logrotate, a config tool) or a second SIGTERM (a supervisor
+// repeating itself) must not end the drain with the default action, killing the process under
+// the requests it is answering.
+func ignoreSignals(sig chan os.Signal, log *slog.Logger) (done func()) {
 	drained := make(chan struct{})
-	defer close(drained)
 	go func() {
 		for {
 			select {
@@ -224,27 +295,31 @@ wait:
 			}
 		}
 	}()
-	close(stopPoll)
-	close(reloads)
+	return func() { close(drained) }
+}
+
+// drain stops the reloads and drains the server: shutdown_timeout bounds the wait for requests
+// in flight, after drain_delay; then the requests still waiting are answered 503 and the
+// server exits once all are answered.
+func drain(srv *gateway.Server, cfg *configs.Config, l *listening, r *reloading, log *slog.Logger) error {
+	r.stop()
 	stopStart := time.Now()
-	// shutdown_timeout bounds the wait for requests in flight, after drain_delay; then the
-	// requests still waiting are answered 503 and the server exits once all are answered.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainDelay.D()+cfg.Server.ShutdownTimeout.D())
 	defer cancel()
-	err = srv.Shutdown(ctx)
+	err := srv.Shutdown(ctx)
 	// A reload in progress when the drain began (SIGHUP, repository.poll) may finish within the
 	// drain's bound for it; the process does not wait longer (Shutdown refuses what it would
 	// install).
 	reloaded := make(chan struct{})
-	go func() { polling.Wait(); close(reloaded) }()
+	go func() { r.wg.Wait(); close(reloaded) }()
 	select {
 	case <-reloaded:
 	case <-time.After(gateway.ShutdownTail):
 		log.Warn("a model reload is still running: exiting without it")
 	}
-	ln.Close() // in case the signal came before Serve took the listener
+	l.ln.Close() // in case the signal came before Serve took the listener
 	select {
-	case e := <-served:
+	case e := <-l.served:
 		if e != nil && !errors.Is(e, net.ErrClosed) {
 			err = errors.Join(err, e)
 		}
@@ -333,6 +408,7 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 		QueueFullStatus:  c.QueueFullStatus,
 		RetryAfter:       c.RetryAfter.D(),
 		AdminToken:       adminToken,
+		Console:          c.Console,
 		Log:              log,
 		Watchdog: gateway.WatchdogOptions{RunMultiple: c.Watchdog.RunMultiple, MinHang: c.Watchdog.MinHang.D(),
 			MaxRun: c.Watchdog.MaxRun.D()},
@@ -437,12 +513,11 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 	copy(po.Mean[:], m.Preprocess.Mean)
 	copy(po.Std[:], m.Preprocess.Std)
 	bc := batcher.Config{
-		MaxBatchSize:        m.Batching.MaxBatchSize,
+		MaxBatchSize:        int(m.Batching.MaxBatchSize), // auto: chosen as the sessions are made
 		MaxQueueDelay:       m.Batching.MaxQueueDelay.D(),
 		MaxQueueSize:        m.Batching.MaxQueueSize,
 		PreferredBatchSizes: m.Batching.PreferredBatchSizes,
 		Priorities:          m.Batching.Priorities,
-		QueueTarget:         m.Batching.QueueTarget.D(),
 	}
 	if t := m.Batching.Adaptive.LatencyTarget.D(); t > 0 {
 		bc.Adaptive = &batcher.AdaptiveConfig{LatencyTarget: t}
@@ -454,22 +529,28 @@ func modelOptions(m configs.Model, version string, server configs.Server, log *s
 		}
 	}
 	mo := gateway.ModelOptions{
-		Name: m.Name, Labels: labels, InputName: m.Input.Name, OutputName: m.Output.Name,
-		Preprocess: po, Batching: bc, DefaultTimeout: m.Batching.DefaultTimeout.D(), Parameters: parameters(comp),
+		Name: m.Name, Labels: labels, InputName: m.Input.Name,
+		Preprocess: po, Batching: bc, QueueTarget: m.Batching.QueueTarget.D(), DefaultTimeout: m.Batching.DefaultTimeout.D(),
+		Parameters: parameters(comp),
 	}
+	var auto *batchChoice
 	switch m.Input.Type { // Complete took it from the model
 	case "float32":
-		mo.Runners, mo.Release, err = sessions[float32](m)
+		mo.Runners, mo.Release, auto, err = sessions[float32](m, server)
 	case "uint8":
-		mo.Runners, mo.Release, err = sessions[uint8](m)
+		mo.Runners, mo.Release, auto, err = sessions[uint8](m, server)
 	default:
 		err = fmt.Errorf("%s.input.type: %s inputs are not served", m.Field(), m.Input.Type)
+	}
+	if auto != nil {
+		auto.report(&mo, log, version)
 	}
 	return mo, err
 }
 
-// sessions creates a model's ONNX Runtime sessions with input elements T.
-func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
+// sessions creates a model's ONNX Runtime sessions with input elements T; for max_batch_size
+// auto, the first one chooses the size (autobatch.go), which it returns.
+func sessions[T ort.Elem](m configs.Model, server configs.Server) (gateway.Runners, func(), *batchChoice, error) {
 	shape := []int64{3, int64(m.Input.Height), int64(m.Input.Width)}
 	if m.Input.Layout == "NHWC" {
 		shape = []int64{int64(m.Input.Height), int64(m.Input.Width), 3}
@@ -481,32 +562,43 @@ func sessions[T ort.Elem](m configs.Model) (gateway.Runners, func(), error) {
 		}
 	}
 	runners := gateway.RunnersOf[T]{}
+	var auto *batchChoice
 	for i := range m.Runtime.Instances {
 		if i > 0 && m.Runtime.ShareSession() {
 			s := ss[0].Share()
 			ss = append(ss, s)
-			runners = append(runners, s)
+			runners = append(runners, newRunner(s, m.Output.Name))
 			continue
 		}
 		optimized := m.Runtime.OptimizedModelPath
 		if i > 0 {
 			optimized = "" // written once, by the first instance
 		}
-		s, err := ort.NewSession[T](ort.SessionConfig{
+		cfg := ort.SessionConfig{
 			ModelPath: m.Path, InputName: m.Input.Name, OutputName: m.Output.Name, InputShape: shape,
-			MaxBatchSize: m.Batching.MaxBatchSize, IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
+			MaxBatchSize: int(m.Batching.MaxBatchSize), IntraOp: m.Runtime.IntraOpThreads, InterOp: m.Runtime.InterOpThreads,
 			GraphOptimization: m.Runtime.GraphOptimization, OptimizedModelPath: optimized, Provider: m.Runtime.ExecutionProvider,
 			NoCPUMemArena: m.Runtime.CPUMemArena == "off", RewriteHardSwish: m.Runtime.HardSwishRewrite == "on" || (m.Runtime.HardSwishRewrite == "auto" && ort.HardSwishRewritePays()),
 			CacheDir: m.Runtime.CacheDir,
-		})
+		}
+		var s *ort.Session[T]
+		var err error
+		if m.Batching.MaxBatchSize.Auto() {
+			s, auto, err = autoSession[T](cfg, m, server)
+			if err == nil {
+				m.Batching.MaxBatchSize = configs.BatchSize(auto.chosen) // the other instances'
+			}
+		} else {
+			s, err = ort.NewSession[T](cfg)
+		}
 		if err != nil {
 			closeAll()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		ss = append(ss, s)
-		runners = append(runners, s)
+		runners = append(runners, newRunner(s, m.Output.Name))
 	}
-	return runners, closeAll, nil
+	return runners, closeAll, auto, nil
 }
 
 // healthcheck GETs url and reports whether it answered 200. It probes the gateway of its own

@@ -26,7 +26,7 @@ func printConfig(w io.Writer, cfg *configs.Config, from string) error {
 		if err != nil {
 			note = fmt.Sprintf("%s: the keys its model tells are left empty: %v", m.Field(), err)
 		}
-		notes = append(notes, note)
+		notes = append(notes, note+tritonNote(m))
 	}
 	out, err := cfg.Marshal()
 	if err != nil {
@@ -61,6 +61,13 @@ func completeForPrint(m *configs.Model, server configs.Server, ortErr error) (st
 	note := fmt.Sprintf("%s: completed from %s", m.Field(), v.Path)
 	if len(versions) > 1 || v.Path != m.Path {
 		note += fmt.Sprintf(" (version %s)", v.Version)
+	}
+	if mv.Batching.MaxBatchSize.Auto() {
+		choice, err := printChoice(mv, server)
+		if err != nil {
+			return "", err
+		}
+		note += "; " + choice
 	}
 	switch {
 	case comp.Labels != nil:

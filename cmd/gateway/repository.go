@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,9 +33,11 @@ type repository struct {
 	log        *slog.Logger
 
 	mu      sync.Mutex
-	hashes  map[string]fileHash // by path
-	started *configs.Server     // the server section the process started with
-	last    string              // digest of the last specs polled
+	hashes  map[string]fileHash       // by path
+	started *configs.Server           // the server section the process started with
+	last    string                    // digest of the last specs polled
+	chosen  map[string]map[string]int // by model name and version: the max_batch_size auto chose
+	triton  tritonState                // the Triton repository's warnings logged (triton.go)
 }
 
 type fileHash struct {
@@ -73,7 +78,7 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 	for _, m := range cfg.Models {
 		versions, err := m.Versions()
 		if err != nil {
-			if st, serr := os.Stat(m.Path); serr == nil && st.IsDir() {
+			if st, serr := os.Stat(m.Path); serr == nil && st.IsDir() && m.Triton == nil {
 				return nil, err // a repository folder: which versions it holds is not known
 			}
 			// A model file gone or unreadable: its version 1 fails to load on its own (the
@@ -95,10 +100,19 @@ func (r *repository) Specs() ([]gateway.ModelSpec, error) {
 				continue
 			}
 			specs = append(specs, gateway.ModelSpec{Name: m.Name, Version: v.Version, Fingerprint: fp,
-				Load: func() (gateway.ModelOptions, error) { return modelOptions(mc, v.Version, cfg.Server, r.log) }})
+				Load: func() (gateway.ModelOptions, error) {
+					if mc.Warning != "" {
+						r.log.Warn("model "+mc.Name+": "+mc.Warning, "model", mc.Name, "version", v.Version)
+					}
+					mo, err := modelOptions(mc, v.Version, cfg.Server, r.log)
+					if err == nil && mc.Batching.MaxBatchSize.Auto() {
+						r.noteChoice(m.Name, v.Version, mo.Batching.MaxBatchSize)
+					}
+					return tritonOptions(mc, mo, err)
+				}})
 		}
 	}
-	return specs, nil
+	return r.tritonSpecs(cfg, specs), nil
 }
 
 // fingerprint hashes a model version's configuration and the contents of its files.
@@ -109,7 +123,11 @@ func (r *repository) fingerprint(m configs.Model) (string, error) {
 		return "", err
 	}
 	h.Write(y)
-	for _, p := range []string{m.Path, m.Labels} {
+	files := []string{m.Path, m.Labels}
+	if m.Triton != nil {
+		files = append(files, m.Triton.ConfigFile) // what .../config answers, every field of it
+	}
+	for _, p := range files {
 		if p == "" { // no label file: the labels come from the model's metadata or indices
 			continue
 		}
@@ -198,4 +216,32 @@ func digest(specs []gateway.ModelSpec) string {
 		fmt.Fprintf(h, "%s\x00%s\x00%s\n", s.Name, s.Version, s.Fingerprint)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// noteChoice records the max_batch_size auto chose for a model version (-check prints it).
+func (r *repository) noteChoice(name, version string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.chosen == nil {
+		r.chosen = map[string]map[string]int{}
+	}
+	if r.chosen[name] == nil {
+		r.chosen[name] = map[string]int{}
+	}
+	r.chosen[name][version] = n
+}
+
+// choices says what auto chose for a model's versions: "; max_batch_size auto: 4 (version
+// 1)", or "" when none was chosen.
+func (r *repository) choices(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, v := range slices.Sorted(maps.Keys(r.chosen[name])) {
+		out = append(out, fmt.Sprintf("%d (version %s)", r.chosen[name][v], v))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; max_batch_size auto: " + strings.Join(out, ", ")
 }

@@ -106,7 +106,8 @@ func TestModelFlagMatchesSpelledOutYAML(t *testing.T) {
 	for _, want := range []string{
 		`from_model="input.name=input, input.type=float32, input.layout=NCHW, input.width=224, input.height=224, output.name=output, classes=1000"`,
 		`from_file="labels=` + filepath.Join(dir, "synset.txt") + `"`,
-		`defaults="batching.max_batch_size=2, preprocess.mode=shorter_side, preprocess.crop=224 (input.width), preprocess.resize=256 (crop x 256/224)`,
+		`defaults="batching.max_batch_size=auto, preprocess.mode=shorter_side, preprocess.crop=224 (input.width), preprocess.resize=256 (crop x 256/224)`,
+		`msg="batch size chosen" model=` + name + ` version=1 max_batch_size=`,
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log lacks %s:\n%s", want, log)
@@ -125,10 +126,13 @@ func TestModelFlagMatchesSpelledOutYAML(t *testing.T) {
 		t.Fatalf("config: %d %s", a.status, a.body)
 	}
 	for k, v := range map[string]string{"input.width": "224 (model)", "input.layout": "NCHW (model)", "classes": "1000 (model)",
-		"preprocess.mean": "[0.485, 0.456, 0.406] (default)", "batching.max_batch_size": "2 (default)"} {
+		"preprocess.mean": "[0.485, 0.456, 0.406] (default)"} {
 		if got := cfg.Parameters[k].StringValue; got != v {
 			t.Errorf("config parameter %s: %q, want %q", k, got, v)
 		}
+	}
+	if got := cfg.Parameters["batching.max_batch_size"].StringValue; !regexp.MustCompile(`^\d+ \(default: auto, measured `).MatchString(got) || cfg.Parameters["batching.batch_curve"].StringValue == "" {
+		t.Errorf("config parameter batching.max_batch_size: %q (max_batch_size: auto)", got)
 	}
 	if a := yaml.do("GET", "/v2/models/"+name+"/config", "", nil); !strings.Contains(string(a.body), `"input.width":{"string_value":"224 (yaml)"}`) {
 		t.Errorf("the YAML's config: %s", a.body)

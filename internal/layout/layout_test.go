@@ -20,14 +20,16 @@ var mayImport = map[string][]string{
 	"internal/testutil":            {},
 	"internal/onnxtest":            {},
 	"internal/testcert":            {},
+	"internal/pilref":              {},
 	"batcher":                      {"internal/queue"},
 	"preprocess":                   {"preprocess/internal/resample"},
 	"preprocess/internal/resample": {},
 	"preprocess/internal/jpegenc":  {},
-	"gateway": {"batcher", "preprocess", "gateway/internal/admit", "gateway/internal/netx",
+	"postprocess":                  {},
+	"gateway": {"batcher", "preprocess", "postprocess", "gateway/internal/admit", "gateway/internal/netx",
 		"gateway/internal/sched", "gateway/internal/stats", "gateway/internal/wire", "gateway/internal/grpcio",
-		"gateway/internal/watchdog", "gateway/internal/grpcapi", "gateway/internal/metricset", "gateway/internal/modeldesc",
-		"gateway/internal/tlsx", "gateway/internal/auth", "api/inference"},
+		"gateway/internal/watchdog", "gateway/internal/grpcapi", "gateway/internal/metricset", "gateway/internal/modeldesc", "gateway/internal/console",
+		"gateway/internal/tlsx", "gateway/internal/auth", "api/inference", "api/openapi"},
 	"gateway/internal/grpcio":    {"api/inference"},
 	"gateway/internal/grpcapi":   {"api/inference", "gateway/internal/grpcio", "gateway/internal/stats", "gateway/internal/wire"},
 	"gateway/internal/modeldesc": {"api/inference"},
@@ -37,6 +39,7 @@ var mayImport = map[string][]string{
 	"gateway/internal/auth":      {},
 	"gateway/internal/sched":     {},
 	"gateway/internal/metricset": {},
+	"gateway/internal/console":   {},
 	"gateway/internal/stats":     {},
 	"gateway/internal/wire":      {},
 	"gateway/internal/watchdog":  {},
@@ -51,7 +54,9 @@ var mustNotImport = map[string][]string{
 	"batcher": {"image", "github.com/yalue/onnxruntime_go", "github.com/valyala/fasthttp", "github.com/VictoriaMetrics/metrics", "go.opentelemetry.io"},
 	// The gateway gets its runners and options injected, its tracer provider too (it uses
 	// OpenTelemetry's API, never its SDK or exporters).
-	"gateway":     {"./configs", "./runtime", "github.com/yalue/onnxruntime_go", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"},
+	"gateway": {"./configs", "./runtime", "github.com/yalue/onnxruntime_go", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"},
+	// Post-processing is arithmetic on output tensors: no HTTP, ONNX Runtime or images.
+	"postprocess": {"image", "net", "github.com/yalue/onnxruntime_go", "github.com/valyala/fasthttp", "github.com/VictoriaMetrics/metrics"},
 	"runtime/ort": {"./gateway", "./batcher", "./preprocess", "./configs", "./loadtest"},
 	"configs":     {"./gateway", "./batcher", "./runtime", "./loadtest"},
 	// The load generator talks to a server over the network only.

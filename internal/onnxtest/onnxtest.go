@@ -4,8 +4,10 @@
 package onnxtest
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -27,10 +29,19 @@ type Node struct {
 	Int     map[string]int64   // integer attributes
 }
 
+// Init is a constant tensor of the graph (an initializer): F32 or I64 holds its values.
+type Init struct {
+	Name string
+	Dims []int64
+	F32  []float32
+	I64  []int64
+}
+
 // Graph is a whole model.
 type Graph struct {
 	Inputs, Outputs []Tensor
 	Nodes           []Node
+	Inits           []Init
 	// Metadata becomes the model's metadata_props.
 	Metadata map[string]string
 }
@@ -75,6 +86,11 @@ const (
 	graphNode          = 1
 	graphName          = 2
 	graphInput         = 11
+	graphInitializer   = 5
+	tensorDims         = 1
+	tensorDataType     = 2
+	tensorName         = 8
+	tensorRawData      = 9
 	graphOutput        = 12
 	nodeInput          = 1
 	nodeOutput         = 2
@@ -104,6 +120,8 @@ func elemType(t string) uint64 {
 		return 2
 	case "int64":
 		return 7
+	case "int32":
+		return 6
 	}
 	panic("onnxtest: element type " + t)
 }
@@ -115,6 +133,9 @@ func (g Graph) Bytes() []byte {
 		graph = msg(graph, graphNode, node(n))
 	}
 	graph = str(graph, graphName, "test")
+	for _, t := range g.Inits {
+		graph = msg(graph, graphInitializer, initializer(t))
+	}
 	for _, t := range g.Inputs {
 		graph = msg(graph, graphInput, valueInfo(t))
 	}
@@ -199,4 +220,29 @@ func valueInfo(t Tensor) []byte {
 	tt = protowire.AppendVarint(tt, elemType(t.Type))
 	tt = msg(tt, tensorShape, shape)
 	return msg(str(nil, valueInfoName, t.Name), valueInfoType, msg(nil, typeTensor, tt))
+}
+
+func initializer(t Init) []byte {
+	var b []byte
+	for _, d := range t.Dims {
+		b = protowire.AppendTag(b, tensorDims, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(d))
+	}
+	typ := uint64(1)
+	var raw []byte
+	if t.I64 != nil {
+		typ = 7
+		for _, v := range t.I64 {
+			raw = binary.LittleEndian.AppendUint64(raw, uint64(v))
+		}
+	} else {
+		for _, v := range t.F32 {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+		}
+	}
+	b = protowire.AppendTag(b, tensorDataType, protowire.VarintType)
+	b = protowire.AppendVarint(b, typ)
+	b = str(b, tensorName, t.Name)
+	b = protowire.AppendTag(b, tensorRawData, protowire.BytesType)
+	return protowire.AppendBytes(b, raw)
 }

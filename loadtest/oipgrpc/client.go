@@ -221,11 +221,12 @@ func MarshalRequest(model, version string, req *oip.Request) ([]byte, error) {
 // InferMarshaled sends a marshalled ModelInferRequest (see MarshalRequest) and returns the
 // size of the marshalled answer, neither being encoded nor decoded here: the load
 // generator's hot path, which must cost the client no more than the HTTP one's bytes sent
-// as they are. req is only read, and may be shared by concurrent calls.
-func (c *Client) InferMarshaled(ctx context.Context, req []byte) (int, error) {
+// as they are. req is only read, and may be shared by concurrent calls. opts are the call's
+// options (grpc.Trailer: the refusal's x-refusal).
+func (c *Client) InferMarshaled(ctx context.Context, req []byte, opts ...grpc.CallOption) (int, error) {
 	var resp rawMessage
 	err := c.conn.Invoke(c.ctx(ctx), inference.GRPCInferenceService_ModelInfer_FullMethodName,
-		&rawMessage{b: req}, &resp, grpc.ForceCodecV2(rawCodec{}))
+		&rawMessage{b: req}, &resp, append(opts, grpc.ForceCodecV2(rawCodec{}))...)
 	return resp.n, err
 }
 

@@ -91,18 +91,11 @@ func openCache(cfg SessionConfig, scan *modelScan) *modelCache {
 	if !cacheWanted(cfg) || scan == nil || scan.sum == [sha256.Size]byte{} || scan.externalData || scan.size > maxRewriteBytes {
 		return nil
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	dir := cfg.CacheDir
-	if dir == "auto" {
-		d, err := os.UserCacheDir()
-		if err != nil {
-			log.Warn("model cache off: no user cache folder (set runtime.cache_dir to a writable folder, or off)", "model", cfg.ModelPath, "err", err)
-			return nil
-		}
-		dir = filepath.Join(d, "imagegate")
+	log := logger(cfg)
+	dir, err := cacheFolder(cfg.CacheDir)
+	if err != nil {
+		log.Warn("model cache off: no user cache folder (set runtime.cache_dir to a writable folder, or off)", "model", cfg.ModelPath, "err", err)
+		return nil
 	}
 	c := &modelCache{dir: dir, mode: scan.mode.Perm() &^ 0o111, log: log}
 	c.key = cacheKey(cfg, scan)
@@ -120,6 +113,9 @@ func cacheKey(cfg SessionConfig, scan *modelScan) [sha256.Size]byte {
 	fmt.Fprintf(h, "%s\nmodel %x %d\nonnxruntime %s\nhardswish rewrite %d %v\n%s/%s %s\noptimization %s\nthreads %d %d\narena off %v\n",
 		cacheFormat, scan.sum, scan.size, Version(), rewriteVersion, rewriteApplies(cfg),
 		runtime.GOOS, runtime.GOARCH, cpuFeatures(), level, cfg.IntraOp, cfg.InterOp, cfg.NoCPUMemArena)
+	if scan.initInputs > 0 { // the graph optimized is the one without them (initinputs.go)
+		fmt.Fprintf(h, "initializer inputs dropped %d\n", scan.initInputs)
+	}
 	var k [sha256.Size]byte
 	h.Sum(k[:0])
 	return k
@@ -192,7 +188,7 @@ func (c *modelCache) load(cfg SessionConfig) *sessionCore {
 			return nil
 		}
 	}
-	sess, err := onnx.NewDynamicAdvancedSessionWithONNXData(payload, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+	sess, err := onnx.NewDynamicAdvancedSessionWithONNXData(payload, []string{cfg.InputName}, cfg.outputNames(), opts)
 	if err != nil {
 		unmapFile(data)
 		c.reject(fmt.Errorf("ONNX Runtime refused it: %w", err))

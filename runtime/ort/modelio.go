@@ -64,6 +64,9 @@ type modelScan struct {
 	outputs      []TensorInfo
 	complete     bool // every input and output is a tensor whose shape ONNX Runtime cannot refine
 	externalData bool // some tensor's data lives in another file
+	// initInputs counts the graph inputs that are initializers too (old exporters list every
+	// weight as an input): initinputs.go drops them before ONNX Runtime loads the model.
+	initInputs int
 }
 
 // scanModel reads the model at path in one pass (see above). Without hash it seeks past the
@@ -166,6 +169,8 @@ func scanModel(path string, hash bool) (*modelScan, error) {
 	for _, in := range inputs {
 		if !inits[in.Name] {
 			s.inputs = append(s.inputs, in)
+		} else {
+			s.initInputs++
 		}
 	}
 	s.size = r.off

@@ -121,6 +121,10 @@ type SessionConfig struct {
 	ModelPath  string
 	InputName  string
 	OutputName string
+	// OutputNames, when set, are the outputs the session runs instead of OutputName, for
+	// models that are not classifiers (an embedding, a detector's boxes and scores): each
+	// float32, int64 or int32, of any shape (outputs.go); RunOutputs returns them.
+	OutputNames []string
 	// InputShape is one sample's shape without the batch axis, e.g. [3,224,224] (NCHW) or
 	// [224,224,3] (NHWC).
 	InputShape   []int64
@@ -178,6 +182,8 @@ type Session[T Elem] struct {
 	classes  int
 	inputs   []onnx.Value
 	outputs  []onnx.Value
+	// multi holds the outputs of a session made with OutputNames (nil: the classifier's one).
+	multi *multiOut
 }
 
 // sessionCore is an ONNX Runtime session shared by the Sessions made from it with Share; the
@@ -239,51 +245,101 @@ func NewSession[T Elem](cfg SessionConfig) (*Session[T], error) {
 	if cfg.MaxBatchSize < 1 {
 		return nil, fmt.Errorf("ort: max batch size must be positive, got %d", cfg.MaxBatchSize)
 	}
-	ins, outs, scan, err := modelIO(cfg.ModelPath, cacheWanted(cfg), cfg.trace)
+	m, err := checkModel[T](cfg, cacheWanted(cfg))
 	if err != nil {
 		return nil, err
+	}
+	if m.batchAxis != -1 && (m.batchAxis != 1 || cfg.MaxBatchSize > 1) {
+		return nil, m.fixedBatchError(cfg)
+	}
+	core, err := newCore(cfg, m.scan)
+	if err != nil {
+		return nil, err
+	}
+	return instance[T](core, cfg, m, cfg.MaxBatchSize), nil
+}
+
+// checkedModel is what checkModel learns of a model that matches its configuration.
+type checkedModel struct {
+	scan      *modelScan // nil when the file could not be scanned (ONNX Runtime read it)
+	input     TensorInfo
+	batchAxis int64        // the input's batch axis: -1 when dynamic
+	rowIn     int          // input values per row
+	classes   int          // the output's scores per row (cfg.OutputName)
+	specs     []OutputSpec // the outputs cfg.OutputNames names, when it names any
+}
+
+// checkModel checks cfg's model against cfg and T, all but its batch axis against the batch
+// size; hash: the scan hashes the file (a cache's key needs it).
+func checkModel[T Elem](cfg SessionConfig, hash bool) (checkedModel, error) {
+	ins, outs, scan, err := modelIO(cfg.ModelPath, hash, cfg.trace)
+	if err != nil {
+		return checkedModel{}, err
 	}
 	in, ok := find(ins, cfg.InputName)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, cfg.ModelPath, cfg.InputName, ins)
-	}
-	out, ok := find(outs, cfg.OutputName)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
+		return checkedModel{}, fmt.Errorf("%w: %s has no input %q (inputs: %v)", ErrModel, cfg.ModelPath, cfg.InputName, ins)
 	}
 	if len(ins) != 1 {
-		return nil, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
+		return checkedModel{}, fmt.Errorf("%w: %s has %d inputs; only single-input models are served (inputs: %v)", ErrModel, cfg.ModelPath, len(ins), ins)
 	}
 	if in.Type != elemName[T]() {
-		return nil, fmt.Errorf("%w: input %q is %s, not %s (float32 and uint8 inputs are served)", ErrModel, in.Name, in.Type, elemName[T]())
-	}
-	if out.Type != "float32" {
-		return nil, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
+		return checkedModel{}, fmt.Errorf("%w: input %q is %s, not %s (float32 and uint8 inputs are served)", ErrModel, in.Name, in.Type, elemName[T]())
 	}
 	if len(in.Shape) != len(cfg.InputShape)+1 {
-		return nil, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
-	}
-	if in.Shape[0] != -1 && (in.Shape[0] != 1 || cfg.MaxBatchSize > 1) {
-		return nil, fmt.Errorf("%w: input %q has a fixed batch axis of %d; export the model with a dynamic batch axis (or a batch of 1 and batching.max_batch_size: 1)", ErrModel, in.Name, in.Shape[0])
+		return checkedModel{}, fmt.Errorf("%w: input %q has shape %v, want [N %v]", ErrModel, in.Name, in.Shape, cfg.InputShape)
 	}
 	for i, d := range cfg.InputShape {
 		if m := in.Shape[i+1]; m != -1 && m != d {
-			return nil, fmt.Errorf("%w: input %q has shape %v, the configuration gives [N %v] (check input.width/height/layout)", ErrModel, in.Name, in.Shape, cfg.InputShape)
+			return checkedModel{}, fmt.Errorf("%w: input %q has shape %v, the configuration gives [N %v] (check input.width/height/layout)", ErrModel, in.Name, in.Shape, cfg.InputShape)
 		}
-	}
-	if len(out.Shape) != 2 || out.Shape[1] < 1 {
-		return nil, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
-	}
-
-	core, err := newCore(cfg, scan)
-	if err != nil {
-		return nil, err
 	}
 	rowIn := 1
 	for _, d := range cfg.InputShape {
 		rowIn *= int(d)
 	}
-	return newInstance[T](core, cfg.InputShape, rowIn, int(out.Shape[1]), cfg.MaxBatchSize), nil
+	m := checkedModel{scan: scan, input: in, batchAxis: in.Shape[0], rowIn: rowIn}
+	if len(cfg.OutputNames) > 0 {
+		if m.specs, err = outputSpecs(cfg, outs, in.Shape[0] == 1); err != nil {
+			return checkedModel{}, err
+		}
+		return m, nil
+	}
+	out, ok := find(outs, cfg.OutputName)
+	if !ok {
+		return checkedModel{}, fmt.Errorf("%w: %s has no output %q (outputs: %v)", ErrModel, cfg.ModelPath, cfg.OutputName, outs)
+	}
+	if out.Type != "float32" {
+		return checkedModel{}, fmt.Errorf("%w: output %q is %s; only float32 outputs are served", ErrModel, out.Name, out.Type)
+	}
+	if len(out.Shape) != 2 || out.Shape[1] < 1 {
+		return checkedModel{}, fmt.Errorf("%w: output %q has shape %v; want [N, classes] with a fixed class count", ErrModel, out.Name, out.Shape)
+	}
+	m.classes = int(out.Shape[1])
+	return m, nil
+}
+
+// instance makes a session of n rows over core for the model m checked: one output of
+// m.classes scores per row, or the outputs m.specs names.
+func instance[T Elem](core *sessionCore, cfg SessionConfig, m checkedModel, n int) *Session[T] {
+	s := newInstance[T](core, cfg.InputShape, m.rowIn, m.classes, n)
+	if m.specs != nil {
+		s.multi = newMultiOut(m.specs, n)
+		s.outputs = make([]onnx.Value, len(m.specs))
+	}
+	return s
+}
+
+func (m checkedModel) fixedBatchError(cfg SessionConfig) error {
+	return fmt.Errorf("%w: input %q has a fixed batch axis of %d; export the model with a dynamic batch axis (or a batch of 1 and batching.max_batch_size: 1)", ErrModel, m.input.Name, m.batchAxis)
+}
+
+// outputNames are the outputs cfg's session runs.
+func (cfg *SessionConfig) outputNames() []string {
+	if len(cfg.OutputNames) > 0 {
+		return cfg.OutputNames
+	}
+	return []string{cfg.OutputName}
 }
 
 // modelIO returns a model's inputs and outputs as ONNX Runtime reports them: read from the
@@ -330,7 +386,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 	if cache != nil {
 		tmp = cache.begin(opts)
 	}
-	core, err := createSession(cfg, opts)
+	core, err := createSession(cfg, scan, opts)
 	if err != nil && tmp != "" {
 		// ONNX Runtime may fail to write some models in its format: once more without.
 		os.Remove(tmp)
@@ -340,7 +396,7 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 			return nil, oerr
 		}
 		defer retry.Destroy()
-		core, err = createSession(cfg, retry)
+		core, err = createSession(cfg, scan, retry)
 	}
 	if err != nil {
 		return nil, err
@@ -355,20 +411,21 @@ func newCore(cfg SessionConfig, scan *modelScan) (*sessionCore, error) {
 	return core, nil
 }
 
-// createSession makes cfg's session from the model file, rewritten first when cfg asks.
-func createSession(cfg SessionConfig, opts *onnx.SessionOptions) (*sessionCore, error) {
+// createSession makes cfg's session from the model file, rewritten first when cfg asks or its
+// initializers are listed as inputs (scan, when not nil, says).
+func createSession(cfg SessionConfig, scan *modelScan, opts *onnx.SessionOptions) (*sessionCore, error) {
 	var sess *onnx.DynamicAdvancedSession
 	var err error
-	data, sites := rewrittenModel(cfg)
+	data, sites := rewrittenModel(cfg, scan != nil && scan.initInputs > 0)
 	step(cfg.trace, "rewrite")
 	if data != nil {
-		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+		sess, err = onnx.NewDynamicAdvancedSessionWithONNXData(data, []string{cfg.InputName}, cfg.outputNames(), opts)
 		if err != nil { // the rewrite never costs a model its session: load it as it is
 			sess, sites = nil, 0
 		}
 	}
 	if sess == nil {
-		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, []string{cfg.OutputName}, opts)
+		sess, err = onnx.NewDynamicAdvancedSession(cfg.ModelPath, []string{cfg.InputName}, cfg.outputNames(), opts)
 	}
 	step(cfg.trace, "session")
 	if err != nil {
@@ -384,12 +441,13 @@ var rewriteModel = rewriteHardSwish
 // Runtime maps larger ones from their file).
 const maxRewriteBytes = 512 << 20
 
-// rewrittenModel returns cfg's model with its HardSwish sites rewritten and how many there
-// were, or nil when cfg asks for no rewrite, it does not apply, or finds nothing to rewrite:
-// the session is then made from the file, as ONNX Runtime reads it. A model this parser
-// cannot read is left to ONNX Runtime too, which reports what is wrong with it.
-func rewrittenModel(cfg SessionConfig) ([]byte, int) {
-	if !rewriteApplies(cfg) {
+// rewrittenModel returns cfg's model with the initializers it lists as inputs dropped from
+// its inputs (initInputs) and its HardSwish sites rewritten (when cfg asks), and how many
+// HardSwish sites there were; or nil when neither applies or finds anything to rewrite: the
+// session is then made from the file, as ONNX Runtime reads it. A model this parser cannot
+// read is left to ONNX Runtime too, which reports what is wrong with it.
+func rewrittenModel(cfg SessionConfig, initInputs bool) ([]byte, int) {
+	if !rewriteApplies(cfg) && !initInputs {
 		return nil, 0
 	}
 	f, err := os.Open(cfg.ModelPath)
@@ -405,10 +463,19 @@ func rewrittenModel(cfg SessionConfig) ([]byte, int) {
 	if err != nil {
 		return nil, 0
 	}
-	defer unmapFile(data) // the rewritten model is a copy (with no sites, nil is returned)
+	defer unmapFile(data) // the rewritten model is a copy (with nothing rewritten, nil is returned)
+	var out []byte
+	if initInputs {
+		if m, n, err := dropInitializerInputs(data); err == nil && n > 0 {
+			out, data = m, m
+		}
+	}
+	if !rewriteApplies(cfg) {
+		return out, 0
+	}
 	m, sites, err := rewriteModel(data)
 	if err != nil || sites == 0 {
-		return nil, 0
+		return out, 0
 	}
 	return m, sites
 }
@@ -452,7 +519,12 @@ func (s *Session[T]) Share() *Session[T] {
 	s.core.mu.Lock()
 	s.core.refs++
 	s.core.mu.Unlock()
-	return newInstance[T](s.core, s.inShape, s.rowIn, s.classes, len(s.inViews))
+	c := newInstance[T](s.core, s.inShape, s.rowIn, s.classes, len(s.inViews))
+	if s.multi != nil {
+		c.multi = newMultiOut(s.multi.specs, len(s.inViews))
+		c.outputs = make([]onnx.Value, len(s.multi.specs))
+	}
+	return c
 }
 
 func find(infos []TensorInfo, name string) (TensorInfo, bool) {
@@ -550,8 +622,12 @@ func (s *Session[T]) Input(i int) []T {
 }
 
 // Run runs the model on the first n input rows and returns their scores, n rows of Classes()
-// values. The returned slice is owned by the session and overwritten by the next Run.
+// values. The returned slice is owned by the session and overwritten by the next Run. A
+// session made with OutputNames answers with RunOutputs instead.
 func (s *Session[T]) Run(n int) ([]float32, error) {
+	if s.multi != nil {
+		return nil, fmt.Errorf("ort: the session runs outputs %v: call RunOutputs", s.multi.names())
+	}
 	if n < 1 || n > len(s.inViews) {
 		return nil, fmt.Errorf("ort: batch of %d rows, the session holds 1 to %d", n, len(s.inViews))
 	}
@@ -577,17 +653,27 @@ func (s *Session[T]) Run(n int) ([]float32, error) {
 
 // Close releases the session and its tensors. It may be called more than once.
 func (s *Session[T]) Close() error {
-	for i := range s.inViews {
-		if s.inViews[i] != nil {
-			s.inViews[i].Destroy()
-			s.outViews[i].Destroy()
-			s.inViews[i], s.outViews[i] = nil, nil
-		}
-	}
+	s.closeViews()
 	if s.core != nil {
 		err := s.core.release()
 		s.core = nil
 		return err
 	}
 	return nil
+}
+
+// closeViews destroys the session's tensors (not its ONNX Runtime session).
+func (s *Session[T]) closeViews() {
+	for i := range s.inViews {
+		if s.inViews[i] != nil {
+			s.inViews[i].Destroy()
+			if s.outViews[i] != nil {
+				s.outViews[i].Destroy()
+			}
+			s.inViews[i], s.outViews[i] = nil, nil
+		}
+	}
+	if s.multi != nil {
+		s.multi.destroy()
+	}
 }

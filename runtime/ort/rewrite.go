@@ -289,111 +289,140 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("graph: %w", err)
 	}
+	g, err := readGraph(gfs)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, sites := g.rewrite()
+	if sites == 0 {
+		return model, 0, nil
+	}
+	return encodeModel(model, mfs, gi, gfs, out, g.newInits), sites, nil
+}
 
-	var nodes []onnxNode
-	weights := map[string][]int64{} // float32 initializer name → dims
-	names := map[string]bool{}      // every tensor and node name, for fresh ones
+// graph is what the rewrite knows of a model's graph: its nodes in order, who produces and
+// who consumes each tensor, the float32 initializers' dims, every name taken, and the
+// initializers it adds.
+type graph struct {
+	nodes     []onnxNode
+	weights   map[string][]int64 // float32 initializer name → dims
+	names     map[string]bool    // every tensor and node name, for fresh ones
+	producer  map[string]*onnxNode
+	consumers map[string]int
+	ones      map[int64]string // C → name of its [C,1,1,1] initializer
+	newInits  [][]byte
+}
+
+// readGraph reads a graph's nodes, float32 initializers and names from its fields.
+func readGraph(gfs []field) (*graph, error) {
+	g := &graph{weights: map[string][]int64{}, names: map[string]bool{}, producer: map[string]*onnxNode{},
+		consumers: map[string]int{}, ones: map[int64]string{}}
 	for _, f := range gfs {
 		switch f.num {
 		case graphNode:
 			nd, err := parseNode(f.val)
 			if err != nil {
-				return nil, 0, fmt.Errorf("node: %w", err)
+				return nil, fmt.Errorf("node: %w", err)
 			}
-			nodes = append(nodes, nd)
-			names[nd.name] = true
+			g.nodes = append(g.nodes, nd)
+			g.names[nd.name] = true
 			for _, o := range nd.outputs {
-				names[o] = true
+				g.names[o] = true
 			}
 		case graphInitializer:
 			name, dims, dataType, external, err := tensorInfo(f.val)
 			if err != nil {
-				return nil, 0, fmt.Errorf("initializer: %w", err)
+				return nil, fmt.Errorf("initializer: %w", err)
 			}
 			if external {
-				return nil, 0, errExternalData
+				return nil, errExternalData
 			}
 			if dataType == tensorFloat { // the identity's weights are float32 too
-				weights[name] = dims
+				g.weights[name] = dims
 			}
-			names[name] = true
+			g.names[name] = true
 		case graphInput:
 			if vfs, err := fields(f.val); err == nil {
 				for _, v := range vfs {
 					if v.num == valueInfoName {
-						names[string(v.val)] = true
+						g.names[string(v.val)] = true
 					}
 				}
 			}
 		}
 	}
-	producer := map[string]*onnxNode{}
-	consumers := map[string]int{}
-	for i := range nodes {
-		for _, o := range nodes[i].outputs {
-			producer[o] = &nodes[i]
+	for i := range g.nodes {
+		for _, o := range g.nodes[i].outputs {
+			g.producer[o] = &g.nodes[i]
 		}
-		for _, in := range nodes[i].inputs {
-			consumers[in]++
+		for _, in := range g.nodes[i].inputs {
+			g.consumers[in]++
 		}
 	}
-	// channels gives C when x is the output of a Conv with a static 4-D float32 weight.
-	channels := func(x string) (int64, bool) {
-		p := producer[x]
-		if p == nil || p.opType != "Conv" || !isONNXDomain(p.domain) || len(p.inputs) < 2 || len(p.outputs) != 1 {
-			return 0, false
-		}
-		dims, ok := weights[p.inputs[1]]
-		if !ok || len(dims) != 4 || dims[0] < 1 {
-			return 0, false
-		}
-		return dims[0], true
-	}
-	fresh := func(base string) string {
-		s := base
-		for i := 1; names[s]; i++ {
-			s = base + "_" + strconv.Itoa(i)
-		}
-		names[s] = true
-		return s
-	}
-	ones := map[int64]string{} // C → name of its [C,1,1,1] initializer
-	var newInits [][]byte
-	identity := func(site *onnxNode, x string, c int64) onnxNode {
-		w, ok := ones[c]
-		if !ok {
-			w = fresh("imagegate_ones_" + strconv.FormatInt(c, 10))
-			ones[c] = w
-			newInits = append(newInits, onesTensor(w, c))
-		}
-		return onnxNode{
-			inputs: []string{x, w}, outputs: []string{fresh(x + "_imagegate_identity")},
-			name: fresh(site.name + "_imagegate_identity"), opType: "Conv",
-			attrs: [][]byte{intAttr("group", c), intsAttr("kernel_shape", 1, 1)},
-		}
-	}
+	return g, nil
+}
 
-	var out [][]byte // the graph's nodes, encoded, in order
-	sites := 0
-	for i := range nodes {
-		nd := &nodes[i]
+// channels gives C when x is the output of a Conv with a static 4-D float32 weight.
+func (g *graph) channels(x string) (int64, bool) {
+	p := g.producer[x]
+	if p == nil || p.opType != "Conv" || !isONNXDomain(p.domain) || len(p.inputs) < 2 || len(p.outputs) != 1 {
+		return 0, false
+	}
+	dims, ok := g.weights[p.inputs[1]]
+	if !ok || len(dims) != 4 || dims[0] < 1 {
+		return 0, false
+	}
+	return dims[0], true
+}
+
+// fresh returns a name not taken yet, from base, and takes it.
+func (g *graph) fresh(base string) string {
+	s := base
+	for i := 1; g.names[s]; i++ {
+		s = base + "_" + strconv.Itoa(i)
+	}
+	g.names[s] = true
+	return s
+}
+
+// identity is the identity convolution of x's C channels at site: its ones initializer is
+// added once per C.
+func (g *graph) identity(site *onnxNode, x string, c int64) onnxNode {
+	w, ok := g.ones[c]
+	if !ok {
+		w = g.fresh("imagegate_ones_" + strconv.FormatInt(c, 10))
+		g.ones[c] = w
+		g.newInits = append(g.newInits, onesTensor(w, c))
+	}
+	return onnxNode{
+		inputs: []string{x, w}, outputs: []string{g.fresh(x + "_imagegate_identity")},
+		name: g.fresh(site.name + "_imagegate_identity"), opType: "Conv",
+		attrs: [][]byte{intAttr("group", c), intsAttr("kernel_shape", 1, 1)},
+	}
+}
+
+// rewrite returns the graph's nodes, encoded, in order, with the sites rewritten, and how many
+// sites it rewrote.
+func (g *graph) rewrite() (out [][]byte, sites int) {
+	for i := range g.nodes {
+		nd := &g.nodes[i]
 		if !isONNXDomain(nd.domain) || len(nd.inputs) != 1 || len(nd.outputs) != 1 {
 			out = append(out, nd.raw)
 			continue
 		}
 		x := nd.inputs[0]
-		c, ok := channels(x)
+		c, ok := g.channels(x)
 		switch {
 		case ok && nd.opType == "HardSwish":
-			id := identity(nd, x, c)
-			hs := onnxNode{inputs: id.outputs, outputs: []string{fresh(x + "_imagegate_hardsigmoid")},
-				name: fresh(nd.name + "_imagegate_hardsigmoid"), opType: "HardSigmoid",
+			id := g.identity(nd, x, c)
+			hs := onnxNode{inputs: id.outputs, outputs: []string{g.fresh(x + "_imagegate_hardsigmoid")},
+				name: g.fresh(nd.name + "_imagegate_hardsigmoid"), opType: "HardSigmoid",
 				attrs: [][]byte{floatAttr("alpha", 1.0/6), floatAttr("beta", 0.5)}}
 			mul := onnxNode{inputs: []string{x, hs.outputs[0]}, outputs: nd.outputs, name: nd.name, opType: "Mul"}
 			out = append(out, encodeNode(id), encodeNode(hs), encodeNode(mul))
 			sites++
-		case ok && nd.opType == "HardSigmoid" && consumers[x] > 1:
-			id := identity(nd, x, c)
+		case ok && nd.opType == "HardSigmoid" && g.consumers[x] > 1:
+			id := g.identity(nd, x, c)
 			hs := *nd
 			hs.inputs = id.outputs
 			out = append(out, encodeNode(id), encodeNode(hs))
@@ -402,13 +431,15 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 			out = append(out, nd.raw)
 		}
 	}
-	if sites == 0 {
-		return model, 0, nil
-	}
+	return out, sites
+}
 
-	// The graph: its fields in their order, the nodes where the first one was, the new
-	// initializers after the others. It is written straight into the model, sized first: one
-	// allocation of the model's size (fresh memory is what costs at start-up, page by page).
+// encodeModel writes the model with its graph (field gi of mfs, whose fields are gfs) holding
+// the nodes out and the new initializers: the graph's fields in their order, the nodes where
+// the first one was, the new initializers after the others. It is written straight into the
+// model, sized first: one allocation of the model's size (fresh memory is what costs at
+// start-up, page by page).
+func encodeModel(model []byte, mfs []field, gi int, gfs []field, out, newInits [][]byte) []byte {
 	msgLen := func(num protowire.Number, n int) int { return protowire.SizeTag(num) + protowire.SizeBytes(n) }
 	glen := 0
 	for _, f := range gfs {
@@ -450,5 +481,5 @@ func rewriteHardSwish(model []byte) ([]byte, int, error) {
 	if len(m) != cap(m) {
 		panic(fmt.Sprintf("ort: rewritten model of %d bytes, sized %d", len(m), cap(m)))
 	}
-	return m, sites, nil
+	return m
 }

@@ -205,53 +205,98 @@ func run(o options) (*report, error) {
 	}
 	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), Replicas: o.replicas, Rolls: o.rolls, LBRetries: o.lbRetries,
 		Body: filepath.Base(o.body), HAProxy: map[string]int{}, OnlineCPUs: cpus()}
+	cfgPath, err := writeGatewayConfig(o, rep)
+	if err != nil {
+		return nil, err
+	}
+	f := &fleet{o: o, cfg: cfgPath}
+	defer f.stopAll()
+	if err := f.startAll(); err != nil {
+		return rep, err
+	}
+	fleetURL := fmt.Sprintf("http://127.0.0.1:%d/predict/", f.fleetPort)
+	rate, err := f.steadyPhase(rep, fleetURL)
+	if err != nil {
+		return rep, err
+	}
+	if err := f.rollPhase(rep, fleetURL, rate); err != nil {
+		return rep, err
+	}
+	// The same open loop again, after the roll: the steady figures' spread on this machine.
+	after2, err := f.loadtest("steady-after", fleetURL, "-rate", rate, "-duration", dur(o.phase), "-warmup", "1s")
+	if err != nil {
+		return rep, err
+	}
+	rep.SteadyAfter = after2
+	rep.Failures = append(rep.Failures, failures("steady after the roll", after2)...)
+	// The load balancer's overhead: replica g1 alone, directly and through HAProxy.
+	ov, err := f.overhead()
+	if err != nil {
+		return rep, err
+	}
+	if rep.RateRPS > 0 {
+		ov.HAProxyCPUMs = round2(1000 * rep.HAProxyCPU / rep.Steady.Throughput)
+	}
+	rep.Overhead = ov
+	rep.Elapsed = time.Since(start).Round(time.Second).String()
+	return rep, nil
+}
 
-	// The gateways' config: one session and one decoder each (N replicas share this machine).
+// writeGatewayConfig writes the gateways' config (one session and one decoder each: N replicas
+// share this machine) into the output folder, without server.drain_delay for a gateway build
+// that does not know it (noted in rep), and returns its path.
+func writeGatewayConfig(o options, rep *report) (string, error) {
 	cfgPath := filepath.Join(o.out, "gateway.yaml")
 	cfg := gatewayConfig(o, true)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return nil, err
+		return "", err
 	}
 	if out, err := exec.Command(o.gateway, "-config", cfgPath, "-check").CombinedOutput(); err != nil {
 		if !strings.Contains(string(out), "drain_delay") {
-			return nil, fmt.Errorf("gateway -check: %v\n%s", err, out)
+			return "", fmt.Errorf("gateway -check: %v\n%s", err, out)
 		}
 		rep.DrainNote = "this gateway build does not know server.drain_delay: it ran without (readiness and listener end together at SIGTERM)"
 		cfg = gatewayConfig(o, false)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-			return nil, err
+			return "", err
 		}
 	} else {
 		rep.DrainDelay = o.drainDelay.String()
 	}
 	rep.GatewayConfig = cfg
+	return cfgPath, nil
+}
 
-	f := &fleet{o: o, cfg: cfgPath}
-	defer f.stopAll()
-	for i := 0; i < o.replicas; i++ {
-		r := &replica{name: fmt.Sprintf("g%d", i+1), logPath: filepath.Join(o.out, fmt.Sprintf("g%d.log", i+1))}
+// startAll starts the replicas and HAProxy, and waits until HAProxy balances to every replica.
+func (f *fleet) startAll() error {
+	for i := 0; i < f.o.replicas; i++ {
+		r := &replica{name: fmt.Sprintf("g%d", i+1), logPath: filepath.Join(f.o.out, fmt.Sprintf("g%d.log", i+1))}
 		if err := f.start(r); err != nil {
-			return rep, err
+			return err
 		}
 		f.replicas = append(f.replicas, r)
 	}
 	if err := f.startHAProxy(); err != nil {
-		return rep, err
+		return err
 	}
 	for _, r := range f.replicas {
 		if err := f.waitBalanced(r.name, true, 30*time.Second); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	fleetURL := fmt.Sprintf("http://127.0.0.1:%d/predict/", f.fleetPort)
+	return nil
+}
 
-	// Capacity, then the steady phase at -load of it.
+// steadyPhase measures the fleet's capacity, then runs the steady phase at -load of it, with
+// each replica's figures; it returns the open loop's rate, as loadtest's -rate.
+func (f *fleet) steadyPhase(rep *report, fleetURL string) (string, error) {
+	o := f.o
 	capRes, err := f.loadtest("capacity", fleetURL, "-c", strconv.Itoa(o.capacityC), "-duration", dur(o.phase/2+time.Second), "-warmup", "1s")
 	if err != nil {
-		return rep, err
+		return "", err
 	}
 	if capRes.OK == 0 || capRes.Throughput <= 0 {
-		return rep, fmt.Errorf("capacity run answered nothing: %+v", capRes)
+		return "", fmt.Errorf("capacity run answered nothing: %+v", capRes)
 	}
 	rep.CapacityRPS = round1(capRes.Throughput)
 	rep.RateRPS = round1(o.load * capRes.Throughput)
@@ -263,7 +308,7 @@ func run(o options) (*report, error) {
 	queues := stopSampler()
 	after := f.sample()
 	if err != nil {
-		return rep, err
+		return "", err
 	}
 	rep.Steady = steady
 	rep.HAProxyCPU = round2((after.haproxyCPU - before.haproxyCPU) / after.at.Sub(before.at).Seconds())
@@ -278,19 +323,24 @@ func run(o options) (*report, error) {
 		rep.Replica = append(rep.Replica, fig)
 	}
 	rep.Failures = append(rep.Failures, failures("steady", steady)...)
+	return rate, nil
+}
 
-	// The rolling restarts, under the same open loop; the load stops when the last replica is
-	// back in the pool.
+// rollPhase runs the rolling restarts under the same open loop; the load stops when the last
+// replica is back in the pool. What failed (the load generator's errors, HAProxy's counters, a
+// replica's exit) goes to rep.Failures.
+func (f *fleet) rollPhase(rep *report, fleetURL, rate string) error {
+	o := f.o
 	statsBefore, err := f.haproxyStats()
 	if err != nil {
-		return rep, err
+		return err
 	}
 	rollOut := filepath.Join(o.out, "roll.json")
 	lt := exec.Command(o.loadtest, "-q", "-rate", rate, "-duration", "30m", "-body", o.body, "-H", "Content-Type: "+o.contentType, "-o", rollOut, fleetURL)
 	ltLog, _ := os.Create(filepath.Join(o.out, "roll.txt"))
 	lt.Stdout, lt.Stderr = ltLog, ltLog
 	if err := lt.Start(); err != nil {
-		return rep, err
+		return err
 	}
 	ltDone := make(chan error, 1)
 	go func() { ltDone <- lt.Wait(); ltLog.Close() }()
@@ -301,24 +351,24 @@ func run(o options) (*report, error) {
 	select {
 	case err := <-ltDone:
 		if err != nil {
-			return rep, fmt.Errorf("loadtest during the roll: %v", err)
+			return fmt.Errorf("loadtest during the roll: %v", err)
 		}
 	case <-time.After(2 * time.Minute):
 		lt.Process.Kill()
-		return rep, errors.New("loadtest did not stop after the roll")
+		return errors.New("loadtest did not stop after the roll")
 	}
 	if rollErr != nil {
-		return rep, rollErr
+		return rollErr
 	}
 	roll, err := readLoadtest(rollOut)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	rep.Roll = roll
 	rep.Failures = append(rep.Failures, failures("roll", roll)...)
 	statsAfter, err := f.haproxyStats()
 	if err != nil {
-		return rep, err
+		return err
 	}
 	for k, v := range statsAfter {
 		rep.HAProxy[k] = v - statsBefore[k]
@@ -333,26 +383,7 @@ func run(o options) (*report, error) {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("roll %d: %s exited %s after SIGTERM", s.Round, f.replicas[s.Replica].name, s.Exit))
 		}
 	}
-
-	// The same open loop again, after the roll: the steady figures' spread on this machine.
-	after2, err := f.loadtest("steady-after", fleetURL, "-rate", rate, "-duration", dur(o.phase), "-warmup", "1s")
-	if err != nil {
-		return rep, err
-	}
-	rep.SteadyAfter = after2
-	rep.Failures = append(rep.Failures, failures("steady after the roll", after2)...)
-
-	// The load balancer's overhead: replica g1 alone, directly and through HAProxy.
-	ov, err := f.overhead()
-	if err != nil {
-		return rep, err
-	}
-	if rep.RateRPS > 0 {
-		ov.HAProxyCPUMs = round2(1000 * rep.HAProxyCPU / rep.Steady.Throughput)
-	}
-	rep.Overhead = ov
-	rep.Elapsed = time.Since(start).Round(time.Second).String()
-	return rep, nil
+	return nil
 }
 
 func gatewayConfig(o options, drain bool) string {

@@ -23,6 +23,9 @@ func (b *Budget) Limit() int64 { return b.limit }
 // Used is the number of bytes reserved now.
 func (b *Budget) Used() int64 { return b.used.Load() }
 
+// fits reports whether n bytes would fit now (without taking them).
+func (b *Budget) fits(n int64) bool { return b.used.Load()+n <= b.limit }
+
 // Reserve takes n bytes if they fit and reports whether they did.
 func (b *Budget) Reserve(n int64) bool {
 	if n <= 0 {

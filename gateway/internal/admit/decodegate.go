@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,19 +27,14 @@ import (
 //     budget is refused (ErrTooLarge). A heavy image (a huge canvas) may use at most half the
 //     workers, so that ordinary traffic keeps at least half the decode capacity.
 //
-//   - the queue is bounded by time as well as by count: a request whose predicted wait for a
-//     worker exceeds its queue target is refused (ErrQueueTime), how depends on the
-//     discipline (Predict, CoDel).
+//   - the queue is kept to its target by the Line's discipline: under Predict a request
+//     predicted to wait past its target once the line stands is refused on arrival
+//     (ErrQueueTime) and the queue is served oldest first; under LIFO, during a spike, the
+//     queue is served newest first and a waiter past its target is dropped when a worker frees
+//     up (ErrExpired).
 //
-// Under Predict (the default), waiters are served first come, first served among those that
-// can run. FIFO suffices because admission is deadline- and target-aware: a request is queued
-// only if it is predicted to start within its queue target and to make its deadline from its
-// place in the queue, and dropped at dispatch if it no longer can. (Serving the newest first,
-// as adaptive LIFO does, would strand the oldest until they are shed late: a slow refusal
-// instead of a fast one.) CoDel is the alternative measured against it
-// (docs/reliability.md): nothing is refused on a prediction; once the queue has stood above
-// the target for codelInterval, waiters are served newest first and those that waited longer
-// than the target are shed. It is safe for concurrent use.
+// A waiter dropped after its wait is answered with an error that also matches ErrWaited (it
+// is counted apart from the refusals on arrival). It is safe for concurrent use.
 type DecodeGate struct {
 	mu         sync.Mutex
 	workers    int
@@ -48,19 +44,14 @@ type DecodeGate struct {
 	maxWait    int
 	q          queue.List[waiter, *waiter]
 	mem        *Budget
+	line       *Line
 	decodeHeld int64        // bytes of the budget held by running decodes
 	svc        ewma         // decode wall time of ordinary images, ns
 	heavySvc   ewma         // decode wall time of heavy images, ns
 	heavyWait  int          // heavy waiters
 	waiting    atomic.Int32 // n, readable without mu
 	incoming   incoming     // requests admitted on a prediction, not yet at the gate (Admitted)
-	over       Stand        // Predict: whether the decode line stands over its target
-	discipline Discipline
-	aboveSince time.Time // CoDel: since when every waiter dispatched had waited over its target
-	standing   bool      // CoDel: the queue stands; serve newest first, shed the old
-
-	refused, shed, tooLarge, queueTime uint64 // counters (under mu)
-	waiters                            sync.Pool
+	waiters    sync.Pool
 }
 
 // waiter is a request waiting for a decode worker; its Links hold its place in the queue and
@@ -74,33 +65,6 @@ type waiter struct {
 	ready  chan error    // capacity 1: nil (a worker is taken) or why it was dropped
 }
 
-// Discipline is how the gate bounds its queue by time.
-type Discipline uint8
-
-const (
-	// Predict refuses a request on arrival when its predicted wait exceeds its target, and
-	// serves the queue oldest first.
-	Predict Discipline = iota
-	// CoDel queues every request the count allows; once the queue stands (every waiter
-	// dispatched for codelInterval had waited over its target) it serves the newest first
-	// and sheds the waiters older than their target (adaptive LIFO with a CoDel bound).
-	CoDel
-)
-
-// QueueFloor is the line (waiters and incoming requests) that is never refused or shed for
-// its time: a closed loop of clients, such as a benchmark's 50 connections, keeps a standing
-// queue of itself that a refusal does not shorten (the client sends again at once), and
-// refusing it only spends CPU on refusals. The time bound acts on open-loop overload,
-// whose line grows past any such population.
-const QueueFloor = 64
-
-// codelInterval is how long the queue must stand above its target before CoDel acts (CoDel's
-// interval: longer than a burst, shorter than a user's patience).
-const codelInterval = 100 * time.Millisecond
-
-// SetDiscipline sets the queue discipline; call it before the first Acquire.
-func (g *DecodeGate) SetDiscipline(d Discipline) { g.discipline = d }
-
 // Admitted counts a request admitted on QueueWait's prediction that has not reached Acquire
 // yet (its body is being read): it is in line as much as the waiters are. The caller calls
 // Arrived with the ticket when the request reaches Acquire or ends before. A request counts
@@ -112,68 +76,10 @@ func (g *DecodeGate) Admitted(now time.Time) Ticket { return g.incoming.add(now)
 // Arrived takes back a ticket of Admitted (the zero Ticket: nothing).
 func (g *DecodeGate) Arrived(t Ticket) { g.incoming.done(t) }
 
-// Ticket is a request's place among the incoming ones; the zero value is none.
-type Ticket int64
-
-// incomingTick and incomingSlots: the incoming requests are counted by the tick of their
-// admission, over incomingHorizon.
-const (
-	incomingTick    = 10 * time.Millisecond
-	incomingSlots   = 16
-	incomingHorizon = incomingSlots * incomingTick
-)
-
-// incoming counts admitted requests by their admission's tick, over the last incomingSlots
-// ticks. It is safe for concurrent use.
-type incoming struct {
-	mu   sync.Mutex
-	slot [incomingSlots]struct {
-		tick int64
-		n    int
-	}
-}
-
-func (in *incoming) add(now time.Time) Ticket {
-	tick := now.UnixNano()/int64(incomingTick) + 1 // never 0
-	in.mu.Lock()
-	s := &in.slot[tick%incomingSlots]
-	if s.tick != tick {
-		s.tick, s.n = tick, 0
-	}
-	s.n++
-	in.mu.Unlock()
-	return Ticket(tick)
-}
-
-func (in *incoming) done(t Ticket) {
-	if t == 0 {
-		return
-	}
-	in.mu.Lock()
-	if s := &in.slot[int64(t)%incomingSlots]; s.tick == int64(t) && s.n > 0 {
-		s.n--
-	}
-	in.mu.Unlock()
-}
-
-// count is the number of requests admitted within incomingHorizon of now and not arrived.
-func (in *incoming) count(now time.Time) int {
-	tick := now.UnixNano()/int64(incomingTick) + 1
-	n := 0
-	in.mu.Lock()
-	for i := range in.slot {
-		if s := &in.slot[i]; s.tick > tick-incomingSlots && s.tick <= tick {
-			n += s.n
-		}
-	}
-	in.mu.Unlock()
-	return n
-}
-
 // NewDecodeGate returns a gate for workers decodes at once and maxWait waiting, whose decodes
-// take their memory from mem.
-func NewDecodeGate(workers, maxWait int, mem *Budget) *DecodeGate {
-	g := &DecodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem}
+// take their memory from mem and whose queue keeps to its target by line's discipline.
+func NewDecodeGate(workers, maxWait int, mem *Budget, line *Line) *DecodeGate {
+	g := &DecodeGate{workers: workers, maxWait: maxWait, heavyMax: max(1, workers/2), mem: mem, line: line}
 	g.svc.alpha, g.heavySvc.alpha = 0.1, 0.2
 	g.svc.clip, g.heavySvc.clip = ewmaClip, ewmaClip
 	g.waiters.New = func() any { return &waiter{ready: make(chan error, 1)} }
@@ -187,9 +93,6 @@ func NewDecodeGate(workers, maxWait int, mem *Budget) *DecodeGate {
 // the request waits in the queue. On success the caller decodes and then calls Release.
 func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, target time.Duration, cost int64, heavy bool, after time.Duration) error {
 	if cost > g.mem.limit {
-		g.mu.Lock()
-		g.tooLarge++
-		g.mu.Unlock()
 		return ErrTooLarge
 	}
 	g.mu.Lock()
@@ -198,12 +101,10 @@ func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, target tim
 		return nil
 	}
 	if g.q.Len() >= g.maxWait {
-		g.refused++
 		g.mu.Unlock()
 		return ErrQueueFull
 	}
 	if !g.mayFit(cost) {
-		g.refused++
 		g.mu.Unlock()
 		return ErrMemory
 	}
@@ -214,12 +115,10 @@ func (g *DecodeGate) Acquire(ctx context.Context, deadline time.Time, target tim
 	wait, svc := g.predict(heavy)
 	now := time.Now()
 	if pred := wait + svc + after; now.Add(pred + pred/Headroom).After(deadline) {
-		g.shed++
 		g.mu.Unlock()
 		return ErrShed
 	}
-	if target > 0 && g.discipline == Predict && g.over.Check(wait, target, g.q.Len()+g.incoming.count(now), now) {
-		g.queueTime++
+	if g.line.atGate(wait, target, g.q.Len()+g.incoming.count(now), now) {
 		g.mu.Unlock()
 		return ErrQueueTime
 	}
@@ -303,19 +202,23 @@ func (g *DecodeGate) tryTake(cost int64, heavy bool) bool {
 	return true
 }
 
-// dispatch starts the waiters that can run, oldest first (newest first while CoDel finds the
-// queue standing), and drops those that can no longer make their deadline or that waited
-// past their target. g.mu held.
+// dispatch starts the waiters that can run, oldest first, and drops those that can no longer
+// make their deadline. During a spike (LIFO) the waiters past their target are dropped first and
+// the rest served newest first. g.mu held.
 func (g *DecodeGate) dispatch() {
 	now := time.Now()
-	if g.discipline == CoDel {
-		g.codel(now)
+	if !g.line.spiking(g.q.Len()+g.incoming.count(now), now) {
+		g.dispatchFrom(g.q.Front(), g.q.Next, now)
+		return
 	}
-	first, step := g.q.Front, g.q.Next
-	if g.standing {
-		first, step = g.q.Back, g.q.Prev
-	}
-	for w := first(); w != nil && g.busy < g.workers; {
+	g.expire(now)
+	g.dispatchFrom(g.q.Back(), g.q.Prev, now)
+}
+
+// dispatchFrom starts the waiters that can run, from w on in step's direction, while a worker is
+// free. g.mu held.
+func (g *DecodeGate) dispatchFrom(w *waiter, step func(*waiter) *waiter, now time.Time) {
+	for w != nil && g.busy < g.workers {
 		next := step(w)
 		svc := g.svc.duration()
 		if w.heavy {
@@ -324,16 +227,10 @@ func (g *DecodeGate) dispatch() {
 		switch {
 		case now.Add(svc + w.after).After(w.Deadline()):
 			g.remove(w)
-			g.shed++
-			w.ready <- ErrShed
-		case g.overdue(w, now):
-			g.remove(w)
-			g.queueTime++
-			w.ready <- ErrQueueTime
+			w.ready <- errShedWaited
 		case !g.mayFit(w.cost):
 			g.remove(w)
-			g.refused++
-			w.ready <- ErrMemory
+			w.ready <- errMemoryWaited
 		case g.tryTake(w.cost, w.heavy):
 			g.remove(w)
 			w.ready <- nil
@@ -343,97 +240,12 @@ func (g *DecodeGate) dispatch() {
 	}
 }
 
-// overdue reports whether w has waited past its target and is to be shed: under CoDel, once
-// the queue stands; never under Predict. g.mu held.
-func (g *DecodeGate) overdue(w *waiter, now time.Time) bool {
-	// Predict refuses on arrival only: a waiter admitted in a burst (before the line stood
-	// for standInterval) is served late rather than refused late, after its wait.
-	if w.target <= 0 || g.discipline != CoDel || !g.standing {
-		return false
-	}
-	if g.q.Len()+g.incoming.count(now) <= QueueFloor {
-		return false
-	}
-	return now.Sub(w.Enqueued()) > w.target
-}
-
-// Stand is whether a line stands over its queue target, for Predict: a request predicted to
-// wait wait, with line requests in line, is refused (Check) once the line has stood over the
-// target (at least QueueFloor in line, the predicted wait over the target) for standInterval,
-// and until the predicted wait falls under half the target or the line under half the floor
-// (where it stands, refusals hold it at the floor: ending there would let the next
-// standInterval of arrivals in). A burst that passes within standInterval is queued (a good
-// queue); a standing one is refused, and so is a line of twice the floor at once. It is safe
-// for concurrent use.
-type Stand struct {
-	mu    sync.Mutex
-	since time.Time // since when every check was over the target (zero: the last was not)
-	stand bool
-}
-
-// OverTarget is the gate's Stand.Check: one state for every line admission measures (the
-// decode queue's, and each model's with its batcher), so that a line standing anywhere makes
-// admission refuse what would wait past its target everywhere.
-func (g *DecodeGate) OverTarget(wait, target time.Duration, line int, now time.Time) bool {
-	return g.over.Check(wait, target, line, now)
-}
-
-// standInterval is how long the line must stand over its target before requests are refused
-// for it (CoDel's interval: longer than a burst of Poisson arrivals at 0.8 of capacity).
-const standInterval = 100 * time.Millisecond
-
-// Check records a request's arrival at now and reports whether it is refused.
-func (o *Stand) Check(wait, target time.Duration, line int, now time.Time) bool {
-	over := wait > target && line >= QueueFloor
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.stand {
-		if wait < target/2 || line < QueueFloor/2 {
-			o.stand, o.since = false, time.Time{}
-		}
-		return o.stand && over
-	}
-	switch {
-	case !over:
-		o.since = time.Time{}
-	case line >= 2*QueueFloor || !o.since.IsZero() && now.Sub(o.since) >= standInterval:
-		o.stand = true // twice the floor in line is no burst: it stands at once
-	case o.since.IsZero():
-		o.since = now
-	}
-	return o.stand
-}
-
-func (o *Stand) standing() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.stand
-}
-
-// codel updates CoDel's state from the oldest waiter's wait: the queue stands once the oldest
-// waiter has been over its target for codelInterval, and until the queue empties (adaptive
-// LIFO: a queue that has not emptied for a while serves the newest first). While it stands,
-// the waiters past their target are shed at once, oldest first (they would be served last).
-// g.mu held.
-func (g *DecodeGate) codel(now time.Time) {
-	w := g.q.Front()
-	if w == nil {
-		return
-	}
-	if w.target <= 0 || now.Sub(w.Enqueued()) <= w.target {
-		g.aboveSince = time.Time{}
-	} else if g.aboveSince.IsZero() {
-		g.aboveSince = now
-	} else if now.Sub(g.aboveSince) >= codelInterval {
-		g.standing = true
-	}
-	if !g.standing {
-		return
-	}
-	for w := g.q.Front(); w != nil && w.target > 0 && now.Sub(w.Enqueued()) > w.target && g.q.Len()+g.incoming.count(now) > QueueFloor; w = g.q.Front() {
+// expire drops the waiters that have waited past their target, oldest first (LIFO, during a
+// spike: they would be served last, if at all). g.mu held.
+func (g *DecodeGate) expire(now time.Time) {
+	for w := g.q.Front(); w != nil && w.target > 0 && now.Sub(w.Enqueued()) > w.target; w = g.q.Front() {
 		g.remove(w)
-		g.queueTime++
-		w.ready <- ErrQueueTime
+		w.ready <- ErrExpired
 	}
 }
 
@@ -451,11 +263,21 @@ var (
 	ErrMemory = errors.New("admit: the memory budget is in use by other requests")
 	// ErrShed: the decode and what follows it cannot be done before the deadline.
 	ErrShed = errors.New("admit: would miss its deadline")
-	// ErrQueueTime: the request would wait (or has waited) for a worker longer than its
-	// queue target.
+	// ErrQueueTime: the request would wait for a worker longer than its queue target.
 	ErrQueueTime = errors.New("admit: would wait longer than the queue target")
 	// ErrTooLarge: the decode needs more memory than the whole budget.
 	ErrTooLarge = errors.New("admit: larger than the memory budget")
+	// ErrWaited: the request was dropped after it waited in line (expired), not refused on
+	// arrival; every such error matches it beside its reason.
+	ErrWaited = errors.New("admit: dropped after waiting in line")
+	// ErrExpired: the request waited past its queue target during a spike (LIFO).
+	ErrExpired = fmt.Errorf("admit: waited past the queue target: %w", ErrWaited)
+)
+
+// The drops after a wait: their reason, and ErrWaited.
+var (
+	errShedWaited   = fmt.Errorf("%w (%w)", ErrShed, ErrWaited)
+	errMemoryWaited = fmt.Errorf("%w (%w)", ErrMemory, ErrWaited)
 )
 
 func (g *DecodeGate) push(w *waiter, now, deadline time.Time) {
@@ -470,9 +292,6 @@ func (g *DecodeGate) remove(w *waiter) {
 	g.q.Remove(w)
 	if w.heavy {
 		g.heavyWait--
-	}
-	if g.q.Len() == 0 { // CoDel: a queue that empties does not stand
-		g.aboveSince, g.standing = time.Time{}, false
 	}
 	g.waiting.Store(int32(g.q.Len()))
 }
@@ -516,19 +335,8 @@ func (g *DecodeGate) QueueWait() time.Duration {
 // IncomingNow is the number of requests counted by Admitted now.
 func (g *DecodeGate) IncomingNow() int { return g.incoming.count(time.Now()) }
 
-// Line is the number of requests in line for a worker: the waiters and the incoming ones.
-func (g *DecodeGate) Line() int { return int(g.waiting.Load()) + g.IncomingNow() }
-
-// QueueTimeRefusals is the number of requests refused or dropped for their queue target.
-func (g *DecodeGate) QueueTimeRefusals() uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.queueTime
-}
-
-// Headroom: a request is queued for a decode when its deadline leaves 1/Headroom more than
-// the predicted time (and the pipeline admits a request so, before its body).
-const Headroom = 2
+// InLine is the number of requests in line for a worker: the waiters and the incoming ones.
+func (g *DecodeGate) InLine() int { return int(g.waiting.Load()) + g.IncomingNow() }
 
 // predict returns the predicted wait for a worker of a decode arriving now, and its decode
 // time. Ordinary decodes wait for those ahead spread over the workers; a heavy one for the

@@ -19,7 +19,7 @@ func acquireAsync(g *DecodeGate, ctx context.Context, deadline time.Time, cost i
 
 func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewDecodeGate(2, 2, NewBudget(1<<30))
+		g := NewDecodeGate(2, 2, NewBudget(1<<30), NewLine(Predict))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		for range 2 {
 			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
@@ -61,7 +61,7 @@ func TestDecodeGateWorkersQueueAndOrder(t *testing.T) {
 // decoded; a waiter whose context ends leaves the queue.
 func TestDecodeGateDeadlines(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewDecodeGate(1, 8, NewBudget(1<<30))
+		g := NewDecodeGate(1, 8, NewBudget(1<<30), NewLine(Predict))
 		ctx := context.Background()
 		g.svc.observe(float64(100 * time.Millisecond)) // decodes take 100 ms
 		if err := g.Acquire(ctx, time.Now().Add(time.Hour), 0, 1, false, noDownstream); err != nil {
@@ -102,7 +102,7 @@ func TestDecodeGateDeadlines(t *testing.T) {
 func TestDecodeGateHeavyAndMemory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := NewBudget(100)
-		g := NewDecodeGate(2, 8, mem)
+		g := NewDecodeGate(2, 8, mem, NewLine(Predict))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		if err := g.Acquire(ctx, far, 0, 10, true, noDownstream); err != nil {
 			t.Fatal(err)
@@ -159,7 +159,7 @@ func TestDecodeGateHeavyAndMemory(t *testing.T) {
 // requests with tight deadlines keep being admitted, decoded and measured.
 func TestDecodeGateOutlierDoesNotLockOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewDecodeGate(2, 8, NewBudget(1<<30))
+		g := NewDecodeGate(2, 8, NewBudget(1<<30), NewLine(Predict))
 		ctx, far := context.Background(), time.Now().Add(time.Hour)
 		decode := func(took time.Duration) {
 			if err := g.Acquire(ctx, far, 0, 1, false, noDownstream); err != nil {
@@ -208,7 +208,7 @@ func learn(t *testing.T, g *DecodeGate, svc time.Duration) {
 }
 
 // TestDecodeGateQueueTarget: under Predict the queue is bounded by time. Once the line
-// (waiters and incoming requests) has stood at QueueFloor or more with a predicted wait over
+// (waiters and incoming requests) has stood at Floor or more with a predicted wait over
 // the target for standInterval, a request predicted to wait past its target is refused at
 // once (ErrQueueTime), not queued, even with a far deadline and room in the count; requests
 // admitted and still reading their bodies (Admitted) count in line for incomingHorizon; the
@@ -216,7 +216,7 @@ func learn(t *testing.T, g *DecodeGate, svc time.Duration) {
 // or a shorter line, is queued.
 func TestDecodeGateQueueTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewDecodeGate(1, 100, NewBudget(1<<30))
+		g := NewDecodeGate(1, 100, NewBudget(1<<30), NewLine(Predict))
 		learn(t, g, 10*time.Millisecond)
 		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 25*time.Millisecond
 		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil { // busy
@@ -233,15 +233,15 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 			t.Fatalf("QueueWait with one running and three waiting = %v, want 40ms", w)
 		}
 		var tickets []Ticket
-		for range QueueFloor { // a burst of requests reading their bodies
+		for range Floor { // a burst of requests reading their bodies
 			tickets = append(tickets, g.Admitted(time.Now()))
 		}
-		if w, want := g.QueueWait(), time.Duration(4+QueueFloor)*10*time.Millisecond; w != want {
-			t.Fatalf("QueueWait with %d more reading their bodies = %v, want %v", QueueFloor, w, want)
+		if w, want := g.QueueWait(), time.Duration(4+Floor)*10*time.Millisecond; w != want {
+			t.Fatalf("QueueWait with %d more reading their bodies = %v, want %v", Floor, w, want)
 		}
 		g.Arrived(tickets[0])
-		if n := g.IncomingNow(); n != QueueFloor-1 {
-			t.Fatalf("incoming after one arrived: %d, want %d", n, QueueFloor-1)
+		if n := g.IncomingNow(); n != Floor-1 {
+			t.Fatalf("incoming after one arrived: %d, want %d", n, Floor-1)
 		}
 		tickets[0] = g.Admitted(time.Now())
 		d := acq() // over the target with a long line, but only just: a burst is queued
@@ -268,9 +268,6 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 				t.Fatalf("a waiter admitted: %v, want the worker", err)
 			}
 		}
-		if n := g.QueueTimeRefusals(); n != 1 {
-			t.Fatalf("queue-time refusals counted %d, want 1", n)
-		}
 		// Requests still reading their bodies after incomingHorizon are slow: they no longer
 		// count in line (slow clients must not have everyone else refused).
 		time.Sleep(incomingHorizon)
@@ -280,7 +277,7 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 		for _, tk := range tickets {
 			g.Arrived(tk) // late: nothing to take back
 		}
-		if g.over.Check(g.QueueWait(), target, g.Line(), time.Now()) || g.over.standing() {
+		if g.line.stand.Check(g.QueueWait(), target, g.InLine(), time.Now()) || g.line.stand.standing() {
 			t.Fatal("the line still stands once it is short")
 		}
 	})
@@ -291,7 +288,7 @@ func TestDecodeGateQueueTarget(t *testing.T) {
 // half the floor (between them requests are admitted, the line still standing).
 func TestStand(t *testing.T) {
 	var g Stand
-	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, QueueFloor
+	t0, target, long := time.Unix(1000, 0), 100*time.Millisecond, Floor
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	for _, c := range []struct {
 		at   time.Duration
@@ -324,29 +321,21 @@ func TestStand(t *testing.T) {
 	}
 }
 
-// TestDecodeGateCoDel: under CoDel nothing is refused on a prediction; once the oldest waiter
-// has been over its target for codelInterval the queue stands: the waiters past their target
-// are shed and the newest is served first, until the queue empties.
-func TestDecodeGateCoDel(t *testing.T) {
+// standing reports whether the line stands (tests).
+func (o *Stand) standing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stand
+}
+
+// TestDecodeGateLIFO: under LIFO a line within the floor is served oldest first and nothing in
+// it expires, however long it waits; a line longer than the floor is a spike: the newest waiter
+// is served first and those past their target are dropped (ErrExpired, which matches
+// ErrWaited) when a worker frees up, until spikeHold after the line was last long.
+func TestDecodeGateLIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewDecodeGate(1, 100, NewBudget(1<<30))
-		g.SetDiscipline(CoDel)
+		g := NewDecodeGate(1, 100, NewBudget(1<<30), NewLine(LIFO))
 		learn(t, g, 10*time.Millisecond)
-		// The line is long: requests keep being admitted and reading their bodies.
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				for range QueueFloor / 8 {
-					g.Admitted(time.Now())
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(incomingTick):
-				}
-			}
-		}()
 		ctx, far, target := context.Background(), time.Now().Add(time.Hour), 20*time.Millisecond
 		if err := g.Acquire(ctx, far, target, 1, false, noDownstream); err != nil {
 			t.Fatal(err)
@@ -357,40 +346,66 @@ func TestDecodeGateCoDel(t *testing.T) {
 			synctest.Wait()
 			return ch
 		}
-		w1, w2, w3 := acq(), acq(), acq() // 30ms predicted for w3: queued all the same
-		time.Sleep(150 * time.Millisecond)
-		g.Release(1, false, 0) // the oldest is over its target, not yet for an interval: FIFO
-		synctest.Wait()
-		if err := <-w1; err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(90 * time.Millisecond)
-		w4 := acq()
-		time.Sleep(5 * time.Millisecond)
-		w5 := acq()
-		time.Sleep(5 * time.Millisecond)
-		g.Release(1, false, 0) // over the target for 100ms: standing
-		synctest.Wait()
-		for _, w := range []chan error{w2, w3} {
-			if err := <-w; !errors.Is(err, ErrQueueTime) {
-				t.Fatalf("a waiter 250ms in line in a standing queue: %v, want ErrQueueTime", err)
+		served := func(w chan error) {
+			t.Helper()
+			select {
+			case err := <-w:
+				if err != nil {
+					t.Fatalf("want the worker, got %v", err)
+				}
+			default:
+				t.Fatal("not served")
 			}
 		}
-		if err := <-w5; err != nil {
-			t.Fatalf("the newest waiter in a standing queue: %v, want the worker", err)
+		waiting := func(w chan error) {
+			t.Helper()
+			select {
+			case err := <-w:
+				t.Fatalf("want still waiting, got %v", err)
+			default:
+			}
 		}
-		select {
-		case err := <-w4:
-			t.Fatalf("the older of two fresh waiters was served first in a standing queue: %v", err)
-		default:
-		}
+		// Within the floor: oldest first, and a wait far past the target is served.
+		w1, w2 := acq(), acq()
+		time.Sleep(time.Second)
 		g.Release(1, false, 0)
 		synctest.Wait()
-		if err := <-w4; err != nil {
-			t.Fatal(err)
+		served(w1)
+		waiting(w2)
+		// A spike: more requests than the floor in line (reading their bodies).
+		for range Floor {
+			g.Admitted(time.Now())
 		}
-		if g.standing {
-			t.Fatal("the queue emptied and still stands")
+		w3 := acq()
+		time.Sleep(5 * time.Millisecond)
+		w4 := acq()
+		g.Release(1, false, 0)
+		synctest.Wait()
+		if err := <-w2; !errors.Is(err, ErrExpired) || !errors.Is(err, ErrWaited) {
+			t.Fatalf("a waiter past its target in a spike: %v, want ErrExpired", err)
 		}
+		served(w4) // the newest first
+		waiting(w3)
+		// The line is short again (the incoming requests count for incomingHorizon), but the
+		// spike lasts spikeHold after the line was last long: w3, past its target, expires.
+		time.Sleep(incomingHorizon)
+		w5 := acq()
+		g.Release(1, false, 0)
+		synctest.Wait()
+		if err := <-w3; !errors.Is(err, ErrExpired) {
+			t.Fatalf("a waiter past its target while the spike lasts: %v, want ErrExpired", err)
+		}
+		served(w5)
+		// After spikeHold: oldest first, and nothing expires.
+		time.Sleep(spikeHold)
+		w6 := acq()
+		time.Sleep(time.Second)
+		w7 := acq()
+		g.Release(1, false, 0)
+		synctest.Wait()
+		served(w6)
+		g.Release(1, false, 0)
+		synctest.Wait()
+		served(w7)
 	})
 }

@@ -21,11 +21,12 @@ var help = map[string]string{
 	"gateway_batches_total":                            "ONNX Runtime calls (execution count).",
 	"gateway_batch_items_total":                        "Samples run (inference count); batch_items/batches is the mean batch size.",
 	"gateway_batch_errors_total":                       "ONNX Runtime calls that failed.",
-	"gateway_queue_dropped_total":                      "Queued samples dropped before running, by reason: canceled, expired, shed, queue_full, closed, queue_time.",
+	"gateway_queue_dropped_total":                      "Samples dropped before running, by reason: canceled, expired, shed, queue_full, closed, queue_time. Expired: its deadline passed while queued; queue_time: refused before the queue for batching.queue_target (server.queue_discipline predict).",
 	"gateway_queue_length":                             "Samples waiting in the model's batcher queue.",
 	"gateway_queue_capacity":                           "Capacity of the model's queue (batching.max_queue_size).",
 	"gateway_pending_samples":                          "Samples admitted and not yet answered (decoding, queued or running).",
-	"gateway_max_batch_size":                           "The model's batching.max_batch_size.",
+	"gateway_max_batch_size":                           "The model's batching.max_batch_size (for auto, the size chosen when it loaded).",
+	"gateway_batch_run_per_image_seconds":              "Run time per image measured at this batch size when the model loaded (max_batch_size: auto): the curve its max_batch_size was chosen from; 0 for a size the version serving did not measure.",
 	"gateway_adaptive_batch_cap":                       "Largest batch the adaptive window currently forms (the most efficient size measured).",
 	"gateway_decode_workers":                           "Images decoded at once at most (server.decode_workers).",
 	"gateway_decode_busy":                              "Decode workers in use.",
@@ -37,6 +38,8 @@ var help = map[string]string{
 	"gateway_inflight_bytes_limit":                     "The memory budget (server.max_inflight_bytes).",
 	"gateway_inflight_requests":                        "Inference requests being handled.",
 	"gateway_refusals_total":                           "Requests refused at once, by stage: queue, queue_time, memory, decode_queue, deadline, connections.",
+	"gateway_refusal_duration_seconds":                 "Requests refused at the door (before their body: queue, queue_time, memory, decode_queue, deadline), from their arrival (headers read; gRPC: the call's tap) to the answer handed to the transport, after what was sent of the body was dropped.",
+	"gateway_decode_expired_total":                     "Requests dropped after waiting for a decode worker, without their decode, by reason: queue_target, deadline, memory. Queue_target: waited past batching.queue_target during a spike (server.queue_discipline lifo); deadline: could no longer make it; memory: the decode's memory was taken meanwhile.",
 	"gateway_connections":                              "Open client connections.",
 	"gateway_connections_idle":                         "Open client connections waiting for their next request.",
 	"gateway_connections_closed_idle_total":            "Idle keep-alive connections closed to admit a new one at server.max_connections.",
@@ -60,6 +63,10 @@ var help = map[string]string{
 
 // LatencyBuckets are the upper bounds, in seconds, of the latency histograms.
 var LatencyBuckets = []float64{0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30}
+
+// RefusalBuckets are the upper bounds, in seconds, of the refusals' latency histogram: finer
+// below the 25 ms a refusal is meant to take, coarser above.
+var RefusalBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 
 // BatchBuckets are the upper bounds of a batch size histogram: powers of two below maxSize,
 // then maxSize.

@@ -1,6 +1,8 @@
 package modeldesc
 
 import (
+	"google.golang.org/protobuf/proto"
+
 	"github.com/imagegate/imagegate/api/inference"
 )
 
@@ -18,6 +20,9 @@ type Model struct {
 	Classes    int      // the output's classes
 	MaxBatch   int      // the samples one request may carry
 	Parameters map[string]string
+	// Triton, when not nil, is the model's configuration in Triton's schema (a model of a
+	// Triton repository): the configuration answers it, under the name asked for.
+	Triton *inference.ModelConfig
 }
 
 // GRPCMetadata is m's ModelMetadata answer.
@@ -37,6 +42,11 @@ func GRPCMetadata(m Model) *inference.ModelMetadataResponse {
 
 // GRPCConfig is m's ModelConfig answer, as JSONConfig's in Triton's message.
 func GRPCConfig(m Model) *inference.ModelConfigResponse {
+	if m.Triton != nil {
+		c := proto.Clone(m.Triton).(*inference.ModelConfig)
+		c.Name = m.Name
+		return &inference.ModelConfigResponse{Config: c}
+	}
 	in := &inference.ModelInput{Name: m.Input, DataType: inference.DataType_TYPE_STRING, Format: inference.ModelInput_FORMAT_NONE, Dims: []int64{1}}
 	if m.TensorOnly {
 		in = &inference.ModelInput{Name: m.Input, DataType: inference.DataType_TYPE_FP32, Format: inference.ModelInput_FORMAT_NCHW, Dims: m.Shape}
@@ -90,6 +100,11 @@ func JSONMetadata(m Model) map[string]any {
 // interface takes one encoded image per sample (shape [n] or [n, 1]), the tensor interface
 // the model's input. max_batch_size is what one request may carry.
 func JSONConfig(m Model) map[string]any {
+	if m.Triton != nil {
+		c := protoJSON(m.Triton.ProtoReflect())
+		c["name"] = m.Name
+		return c
+	}
 	input := map[string]any{"name": m.Input, "data_type": "TYPE_STRING", "format": "FORMAT_NONE", "dims": []int64{1}}
 	if m.TensorOnly {
 		format := "FORMAT_NCHW"

@@ -2,7 +2,11 @@ package modeldesc
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/imagegate/imagegate/api/inference"
 )
@@ -69,5 +73,46 @@ func TestJSONMatchesGRPC(t *testing.T) {
 			cfg.Input[0].Format != c.GetInput()[0].GetFormat().String() || len(cfg.Input[0].Dims) != len(c.GetInput()[0].GetDims()) {
 			t.Errorf("tensor %v: JSON config %s, gRPC %v", tensor, b, c)
 		}
+	}
+}
+
+// TestTritonConfig: a model read from a Triton repository is described by its configuration
+// as it is, under the name asked for; its JSON is protobuf's mapping with Triton's field names
+// and 64-bit integers as numbers, which protobuf's own JSON reader reads back to the message.
+func TestTritonConfig(t *testing.T) {
+	read := &inference.ModelConfig{Name: "m", Platform: "onnxruntime_onnx", MaxBatchSize: 8,
+		Input:  []*inference.ModelInput{{Name: "in", DataType: inference.DataType_TYPE_FP32, Format: inference.ModelInput_FORMAT_NCHW, Dims: []int64{3, 224, 224}}},
+		Output: []*inference.ModelOutput{{Name: "out", DataType: inference.DataType_TYPE_FP32, Dims: []int64{1000}, LabelFilename: "labels.txt"}},
+		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{
+			PreferredBatchSize: []int32{4, 8}, MaxQueueDelayMicroseconds: 500,
+			DefaultQueuePolicy: &inference.ModelQueuePolicy{MaxQueueSize: 16, TimeoutAction: inference.ModelQueuePolicy_DELAY}}},
+		Parameters: map[string]*inference.ModelParameter{"task": {StringValue: "classify"}},
+	}
+	before := proto.Clone(read)
+	for _, name := range []string{"m", "m.tensor"} {
+		m := Model{Name: name, Triton: read}
+		g := GRPCConfig(m).GetConfig()
+		want := proto.Clone(read).(*inference.ModelConfig)
+		want.Name = name
+		if !proto.Equal(g, want) {
+			t.Errorf("gRPC %s: %v", name, g)
+		}
+		b, err := json.Marshal(JSONConfig(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{`"dims":[3,224,224]`, `"max_queue_delay_microseconds":500`, `"data_type":"TYPE_FP32"`, `"timeout_action":"DELAY"`,
+			`"parameters":{"task":{"string_value":"classify"}}`, `"name":"` + name + `"`, `"backend":""`} {
+			if !strings.Contains(string(b), s) {
+				t.Errorf("JSON %s: no %s", b, s)
+			}
+		}
+		var back inference.ModelConfig
+		if err := protojson.Unmarshal(b, &back); err != nil || !proto.Equal(&back, want) {
+			t.Errorf("JSON read back: %v\n%v\n%v", err, &back, want)
+		}
+	}
+	if !proto.Equal(read, before) {
+		t.Error("describing changed the configuration")
 	}
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package postprocess_test
+
+const raceEnabled = true
