@@ -33,11 +33,11 @@ type model struct {
 	elemSize       int    // bytes per input value
 	datatype       string // the input's Open Inference Protocol datatype: FP32 or UINT8
 	inputName      string
-	outputName     string            // outputs[0]'s
-	parameters     map[string]string // ModelOptions.Parameters
-	batchCurve     []BatchCost       // ModelOptions.BatchCurve
+	outputName     string                 // outputs[0]'s
+	parameters     map[string]string      // ModelOptions.Parameters
+	batchCurve     []BatchCost            // ModelOptions.BatchCurve
 	config         *inference.ModelConfig // ModelOptions.Config
-	shape          []int64           // one sample's input shape, e.g. [3 224 224]
+	shape          []int64                // one sample's input shape, e.g. [3 224 224]
 	pre            *preprocess.Preprocessor
 	defaultTimeout time.Duration
 	maxBatch       int
