@@ -102,6 +102,88 @@ type Server struct {
 	// Watchdog bounds a model's batch run: while one runs past its bound, /v2/health/live
 	// answers 503 (and the log says which run), so that the pod is restarted.
 	Watchdog Watchdog `yaml:"watchdog"`
+	// TLS serves the listeners over TLS (docs/security.md).
+	TLS TLS `yaml:"tls"`
+	// APIKeys requires a key of the public API's requests (docs/security.md).
+	APIKeys APIKeys `yaml:"api_keys"`
+	// CredentialsPoll is how often the TLS and key files are read again: a new certificate
+	// or key file is served from then on without a restart (SIGHUP reads them too), one that
+	// does not load is refused with a log line and what is in use stays. 0: only on SIGHUP.
+	CredentialsPoll Duration `yaml:"credentials_poll"`
+}
+
+// TLS configures the listeners' TLS. Its keys apply to every listener (the public API's, the
+// gRPC API's and the admin API's); http, grpc and admin change them for one listener, or turn
+// TLS off for it. A listener is served over TLS when its cert_file is set.
+type TLS struct {
+	// CertFile is a PEM file of the server's certificate, followed by its intermediates
+	// (relative to this file).
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM file of the certificate's private key.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile, when set, is a PEM file of the CAs whose client certificates are
+	// accepted (mutual TLS).
+	ClientCAFile string `yaml:"client_ca_file"`
+	// ClientAuth is require (a client without a certificate of client_ca_file is refused),
+	// optional (a certificate a client sends is verified) or none. Empty: require with a
+	// client_ca_file, else none.
+	ClientAuth string `yaml:"client_auth"`
+	// MinVersion is the oldest TLS version served: "1.2" or "1.3".
+	MinVersion string `yaml:"min_version"`
+	// HTTP changes these keys for the public listener (server.listen).
+	HTTP TLSListener `yaml:"http"`
+	// GRPC changes them for the gRPC listener (server.grpc_listen).
+	GRPC TLSListener `yaml:"grpc"`
+	// Admin changes them for the admin listener (server.admin_listen).
+	Admin TLSListener `yaml:"admin"`
+}
+
+// TLSListener changes server.tls's keys for one listener: each key set here replaces
+// server.tls's for this listener.
+type TLSListener struct {
+	// CertFile replaces server.tls.cert_file.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile replaces server.tls.key_file.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile replaces server.tls.client_ca_file.
+	ClientCAFile string `yaml:"client_ca_file"`
+	// ClientAuth replaces server.tls.client_auth.
+	ClientAuth string `yaml:"client_auth"`
+	// MinVersion replaces server.tls.min_version.
+	MinVersion string `yaml:"min_version"`
+	// Off serves this listener in plain text whatever server.tls says.
+	Off bool `yaml:"off"`
+}
+
+// For is the TLS of a listener (http, grpc or admin) as server.tls and its block combine:
+// ok false when it is served in plain text.
+func (t TLS) For(listener string) (TLSListener, bool) {
+	l := map[string]TLSListener{"http": t.HTTP, "grpc": t.GRPC, "admin": t.Admin}[listener]
+	if l.Off {
+		return TLSListener{}, false
+	}
+	or := func(a, b string) string {
+		if a != "" {
+			return a
+		}
+		return b
+	}
+	out := TLSListener{CertFile: or(l.CertFile, t.CertFile), KeyFile: or(l.KeyFile, t.KeyFile),
+		ClientCAFile: or(l.ClientCAFile, t.ClientCAFile), ClientAuth: or(l.ClientAuth, t.ClientAuth), MinVersion: or(l.MinVersion, t.MinVersion)}
+	return out, out.CertFile != "" || out.KeyFile != ""
+}
+
+// APIKeys configures the keys of the public API (HTTP and gRPC).
+type APIKeys struct {
+	// File, when set, is the key file: each key's name, its SHA-256 (or the key), the models
+	// it may use and its limits (docs/security.md). Every request then needs a key
+	// (Authorization: Bearer <key>, X-API-Key, or gRPC's authorization metadata), but the
+	// open ones: 401 without. Empty: no keys.
+	File string `yaml:"file"`
+	// Open lists what is answered without a key: health (health and readiness, model
+	// readiness, gRPC health), metrics (/metrics), metadata (server and model metadata,
+	// configuration, statistics, gRPC reflection). [] opens nothing.
+	Open []string `yaml:"open"`
 }
 
 // Watchdog bounds a batch run before the gateway stops reporting live: a run is hung once it
@@ -636,6 +718,13 @@ func (c *Config) resolvePaths(dir string) {
 	c.ONNXRuntime.Library = abs(c.ONNXRuntime.Library)
 	c.Repository.Path = abs(c.Repository.Path)
 	c.Server.AdminTokenFile = abs(c.Server.AdminTokenFile)
+	c.Server.APIKeys.File = abs(c.Server.APIKeys.File)
+	for _, f := range []*string{&c.Server.TLS.CertFile, &c.Server.TLS.KeyFile, &c.Server.TLS.ClientCAFile} {
+		*f = abs(*f)
+	}
+	for _, l := range []*TLSListener{&c.Server.TLS.HTTP, &c.Server.TLS.GRPC, &c.Server.TLS.Admin} {
+		l.CertFile, l.KeyFile, l.ClientCAFile = abs(l.CertFile), abs(l.KeyFile), abs(l.ClientCAFile)
+	}
 	for i := range c.Models {
 		m := &c.Models[i]
 		m.Path = abs(m.Path)

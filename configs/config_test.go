@@ -3,6 +3,7 @@ package configs
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +100,14 @@ func TestStrictAndValidation(t *testing.T) {
 		{"server: {watchdog: {min_hang: 1m, max_run: 30s}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.max_run: (30s) must be at least"},
 		{"server: {watchdog: {min_hang: -1s}}\nmodels: [{name: m, path: p}]\n", "server.watchdog.min_hang: must be positive"},
 		{"models: [{name: m, path: p, preprocess: {mode: squash}}]\n", "preprocess.mode"},
+		{"server: {tls: {cert_file: c}}\nmodels: [{name: m, path: p}]\n", "server.tls.http: needs both a cert_file and a key_file"},
+		{"server: {tls: {cert_file: c, key_file: k, client_auth: require}}\nmodels: [{name: m, path: p}]\n", "server.tls.grpc: client_auth require needs a client_ca_file"},
+		{"server: {tls: {cert_file: c, key_file: k, client_ca_file: ca, client_auth: none}}\nmodels: [{name: m, path: p}]\n", "server.tls.admin: has a client_ca_file, but client_auth none"},
+		{"server: {tls: {client_auth: always}}\nmodels: [{name: m, path: p}]\n", "server.tls.client_auth: must be none, optional or require"},
+		{"server: {tls: {grpc: {min_version: \"1.1\"}}}\nmodels: [{name: m, path: p}]\n", "server.tls.grpc.min_version"},
+		{"server: {tls: {http: {cert_file: c}}}\nmodels: [{name: m, path: p}]\n", "server.tls.http: needs both"},
+		{"server: {api_keys: {open: [health, inference]}}\nmodels: [{name: m, path: p}]\n", "server.api_keys.open: \"inference\" must be health, metrics or metadata"},
+		{"server: {credentials_poll: -1s}\nmodels: [{name: m, path: p}]\n", "server.credentials_poll"},
 		{"models: [{name: m, path: p, runtime: {execution_provider: tpu}}]\n", "runtime.execution_provider"},
 		{"models: [{name: m, path: p, runtime: {sessions: one}}]\n", "runtime.sessions"},
 		{"models: [{name: m, path: p, runtime: {hardswish_rewrite: yes}}]\n", "runtime.hardswish_rewrite: must be auto, on or off"},
@@ -139,6 +148,46 @@ func TestStrictAndValidation(t *testing.T) {
 
 // TestMeaningfulZeros: the keys whose zero means something (none, from the machine, from the
 // model) accept it, so that the documented defaults can be copied; the others refuse it.
+// TestTLSPerListener: server.tls's keys apply to every listener, a listener's block changes
+// them or turns TLS off for it; paths are read from the configuration's folder; api_keys.open
+// defaults to health and metrics, and [] opens nothing.
+func TestTLSPerListener(t *testing.T) {
+	cfg, err := Parse([]byte(`server:
+  tls:
+    cert_file: tls.crt
+    key_file: tls.key
+    grpc: {client_ca_file: ca.pem, min_version: "1.3"}
+    admin: {off: true}
+  api_keys: {file: keys.yaml, open: []}
+models: [{name: m, path: p}]
+`), "/etc/gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, onH := cfg.Server.TLS.For("http")
+	g, onG := cfg.Server.TLS.For("grpc")
+	_, onA := cfg.Server.TLS.For("admin")
+	if !onH || h.CertFile != "/etc/gw/tls.crt" || h.KeyFile != "/etc/gw/tls.key" || h.MinVersion != "1.2" || h.ClientCAFile != "" {
+		t.Errorf("http: %v %+v", onH, h)
+	}
+	if !onG || g.CertFile != "/etc/gw/tls.crt" || g.ClientCAFile != "/etc/gw/ca.pem" || g.MinVersion != "1.3" {
+		t.Errorf("grpc: %v %+v", onG, g)
+	}
+	if onA {
+		t.Error("admin: TLS despite off")
+	}
+	if cfg.Server.APIKeys.File != "/etc/gw/keys.yaml" || len(cfg.Server.APIKeys.Open) != 0 {
+		t.Errorf("api_keys: %+v", cfg.Server.APIKeys)
+	}
+	plain, err := Parse([]byte("models: [{name: m, path: p}]\n"), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, on := plain.Server.TLS.For("http"); on || !slices.Equal(plain.Server.APIKeys.Open, []string{"health", "metrics"}) {
+		t.Errorf("defaults: TLS %v, open %v", on, plain.Server.APIKeys.Open)
+	}
+}
+
 func TestMeaningfulZeros(t *testing.T) {
 	cfg, err := Parse([]byte(`server: {decode_workers: 0, decode_queue: 0, max_inflight_bytes: "", drain_delay: 0s}
 repository: {poll: 0s}

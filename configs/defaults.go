@@ -18,6 +18,9 @@ func Defaults() *Config {
 
 func (c *Config) setDefaults() {
 	setServerDefaults(&c.Server)
+	if _, set := c.keys["server.api_keys.open"]; !set && len(c.Server.APIKeys.Open) == 0 {
+		c.Server.APIKeys.Open = []string{"health", "metrics"} // probes and scrapers keep working
+	}
 	l := &c.Log
 	if l.Level == "" {
 		l.Level = "info"
@@ -80,6 +83,12 @@ func setServerDefaults(s *Server) {
 	}
 	if s.RetryAfter == 0 {
 		s.RetryAfter = Duration(time.Second)
+	}
+	if s.CredentialsPoll == 0 {
+		s.CredentialsPoll = Duration(10 * time.Second)
+	}
+	if s.TLS.MinVersion == "" {
+		s.TLS.MinVersion = "1.2"
 	}
 	w := &s.Watchdog
 	if w.RunMultiple == 0 {

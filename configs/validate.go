@@ -96,6 +96,7 @@ func (c *Config) validateServer(p *problems) {
 		}
 	}
 	validateDurations(p, s)
+	validateSecurity(p, s)
 	if s.MaxBodyBytes < 1024 {
 		p.add("server.max_body_bytes", "must be at least 1KiB, got %d", s.MaxBodyBytes)
 	}
@@ -136,6 +137,49 @@ func (c *Config) validateServer(p *problems) {
 		p.add("server.watchdog.max_run", "(%s) must be at least server.watchdog.min_hang (%s)", w.MaxRun, w.MinHang)
 	case w.MaxRun > Duration(maxServerDuration):
 		p.add("server.watchdog.max_run", "must be at most %s, got %s", maxServerDuration, w.MaxRun)
+	}
+}
+
+// validateSecurity checks server.tls, server.api_keys and server.credentials_poll.
+func validateSecurity(p *problems, s *Server) {
+	check := func(field, clientAuth, minVersion string) {
+		switch clientAuth {
+		case "", "none", "optional", "require":
+		default:
+			p.add(field+".client_auth", "must be none, optional or require, got %q", clientAuth)
+		}
+		switch minVersion {
+		case "", "1.2", "1.3":
+		default:
+			p.add(field+".min_version", "must be \"1.2\" or \"1.3\", got %q", minVersion)
+		}
+	}
+	t := s.TLS
+	check("server.tls", t.ClientAuth, t.MinVersion)
+	for _, name := range []string{"http", "grpc", "admin"} {
+		l := map[string]TLSListener{"http": t.HTTP, "grpc": t.GRPC, "admin": t.Admin}[name]
+		field := "server.tls." + name
+		check(field, l.ClientAuth, l.MinVersion)
+		eff, on := t.For(name)
+		if !on {
+			continue
+		}
+		switch {
+		case eff.CertFile == "" || eff.KeyFile == "":
+			p.add(field, "needs both a cert_file and a key_file (of server.tls or its own)")
+		case eff.ClientCAFile == "" && (eff.ClientAuth == "optional" || eff.ClientAuth == "require"):
+			p.add(field, "client_auth %s needs a client_ca_file", eff.ClientAuth)
+		case eff.ClientCAFile != "" && eff.ClientAuth == "none":
+			p.add(field, "has a client_ca_file, but client_auth none: set client_auth optional or require, or drop the file")
+		}
+	}
+	for _, o := range s.APIKeys.Open {
+		if o != "health" && o != "metrics" && o != "metadata" {
+			p.add("server.api_keys.open", "%q must be health, metrics or metadata (inference always needs a key)", o)
+		}
+	}
+	if s.CredentialsPoll < 0 || s.CredentialsPoll > Duration(maxServerDuration) {
+		p.add("server.credentials_poll", "must be in [0, %s], got %s", maxServerDuration, s.CredentialsPoll)
 	}
 }
 

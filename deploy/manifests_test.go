@@ -366,7 +366,7 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 		t.Fatalf("ConfigMap %s has no key %s", cm.Name, filepath.Base(cfgPath))
 	}
 	cfg := parseGatewayConfig(t, "ConfigMap "+cm.Name, cfgText)
-	if want := map[string]int{"kubernetes/base": 256, "kubernetes/overlays/example": 128}[filepath.ToSlash(dir)]; cfg.maxQueue != want {
+	if want := map[string]int{"kubernetes/base": 256, "kubernetes/overlays/example": 128, "kubernetes/overlays/tls": 256}[filepath.ToSlash(dir)]; cfg.maxQueue != want {
 		t.Errorf("%s: the config's max_queue_size is %d, want %d (the overlay's ConfigMap patch replaces the base's config)", dir, cfg.maxQueue, want)
 	}
 
@@ -402,16 +402,20 @@ func checkGatewayResources(t *testing.T, dir string, objs []runtime.Object) {
 		}
 	}
 	checkListeners(t, "Deployment "+d.Name, ctr, argValue(ctr.Args, "-listen"), argValue(ctr.Args, "-grpc-listen"), "grpc")
-	// gRPC is HTTP/2 in clear text: the Service says so to the proxies that read appProtocol.
+	// gRPC is HTTP/2 in clear text, or TLS: the Service says so to the proxies that read
+	// appProtocol.
+	_, grpcTLS := cfg.cfg.Server.TLS.For("grpc")
+	wantAP := map[bool]string{false: "kubernetes.io/h2c", true: "https"}[grpcTLS]
 	if i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "grpc" }); i < 0 {
 		t.Errorf("Service %s has no port named grpc", svc.Name)
-	} else if ap := svc.Spec.Ports[i].AppProtocol; ap == nil || *ap != "kubernetes.io/h2c" {
+	} else if ap := svc.Spec.Ports[i].AppProtocol; ap == nil || *ap != wantAP {
 		got := "none"
 		if ap != nil {
 			got = *ap
 		}
-		t.Errorf("Service port grpc: appProtocol %s, want kubernetes.io/h2c", got)
+		t.Errorf("Service port grpc: appProtocol %s, want %s", got, wantAP)
 	}
+	checkSecrets(t, dir, cfg.cfg, pod.Spec, ctr, sm)
 	if pdb.Spec.Selector == nil || !subset(pdb.Spec.Selector.MatchLabels, pod.Labels) {
 		t.Errorf("PodDisruptionBudget selector does not select the pods")
 	}
@@ -445,7 +449,7 @@ func checkContainer(t *testing.T, what string, ctrs []corev1.Container, podSC *c
 	c := ctrs[0]
 	port := int32(0)
 	for _, p := range c.Ports {
-		if p.Name == "http" || p.Name == "http1" || len(c.Ports) == 1 { // http1: Knative's name
+		if p.Name == "http" || p.Name == "http1" || p.Name == "https" || len(c.Ports) == 1 { // http1: Knative's name
 			port = p.ContainerPort
 		}
 	}
@@ -618,6 +622,7 @@ func adapterSeries(t *testing.T) []string {
 }
 
 type gatewayConfig struct {
+	cfg                         *configs.Config
 	drainDelay, shutdownTimeout time.Duration
 	decodeWorkers               int
 	sessionThreads              int
@@ -632,12 +637,58 @@ func parseGatewayConfig(t *testing.T, what, text string) gatewayConfig {
 	if err != nil {
 		t.Fatalf("%s: the gateway's strict config loader refuses it: %v", what, err)
 	}
-	g := gatewayConfig{drainDelay: time.Duration(cfg.Server.DrainDelay), shutdownTimeout: time.Duration(cfg.Server.ShutdownTimeout), decodeWorkers: cfg.Server.DecodeWorkers}
+	g := gatewayConfig{cfg: cfg, drainDelay: time.Duration(cfg.Server.DrainDelay), shutdownTimeout: time.Duration(cfg.Server.ShutdownTimeout), decodeWorkers: cfg.Server.DecodeWorkers}
 	for _, m := range cfg.Models {
 		g.sessionThreads += m.Runtime.Instances * m.Runtime.IntraOpThreads
 		g.maxQueue = m.Batching.MaxQueueSize
 	}
 	return g
+}
+
+// checkSecrets: the certificate, key and key files the configuration names lie in volumes
+// mounted from Secrets (never the ConfigMap: keys are not configuration); with TLS on the
+// public listener, the probes and the scrape speak HTTPS; the TLS overlay has both.
+func checkSecrets(t *testing.T, dir string, cfg *configs.Config, pod corev1.PodSpec, ctr corev1.Container, sm *monitoringv1.ServiceMonitor) {
+	t.Helper()
+	secretOf := func(path string) string {
+		for _, vm := range ctr.VolumeMounts {
+			if !strings.HasPrefix(path, vm.MountPath+"/") {
+				continue
+			}
+			for _, v := range pod.Volumes {
+				if v.Name == vm.Name && v.Secret != nil {
+					return v.Secret.SecretName
+				}
+			}
+		}
+		return ""
+	}
+	var files []string
+	for _, l := range []string{"http", "grpc", "admin"} {
+		if tl, on := cfg.Server.TLS.For(l); on {
+			files = append(files, tl.CertFile, tl.KeyFile, tl.ClientCAFile)
+		}
+	}
+	files = append(files, cfg.Server.APIKeys.File)
+	for _, f := range files {
+		if f != "" && secretOf(f) == "" {
+			t.Errorf("%s: %s is not in a volume mounted from a Secret", dir, f)
+		}
+	}
+	_, httpTLS := cfg.Server.TLS.For("http")
+	for name, p := range map[string]*corev1.Probe{"startup": ctr.StartupProbe, "liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe} {
+		if p != nil && p.HTTPGet != nil && (p.HTTPGet.Scheme == corev1.URISchemeHTTPS) != httpTLS {
+			t.Errorf("%s: the %s probe's scheme is %q with TLS %v on the public listener", dir, name, p.HTTPGet.Scheme, httpTLS)
+		}
+	}
+	for _, e := range sm.Spec.Endpoints {
+		if (e.Scheme == "https") != httpTLS {
+			t.Errorf("%s: the ServiceMonitor's scheme %v with TLS %v on the public listener", dir, e.Scheme, httpTLS)
+		}
+	}
+	if filepath.ToSlash(dir) == "kubernetes/overlays/tls" && (!httpTLS || cfg.Server.APIKeys.File == "" || !slices.Contains(cfg.Server.APIKeys.Open, "health")) {
+		t.Errorf("%s: the TLS overlay should serve TLS and keys, health open for the probes", dir)
+	}
 }
 
 func argValue(args []string, flag string) string {
@@ -733,8 +784,8 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 	var pm *monitoringv1.PodMonitor
 	var pdb *policyv1.PodDisruptionBudget
 	for _, m := range readManifests(t, manifestFiles(t)...) {
-		if !strings.HasPrefix(m.file, "kserve") {
-			continue
+		if !strings.HasPrefix(m.file, "kserve") || strings.HasPrefix(m.file, filepath.Join("kserve", "tls")) {
+			continue // kserve/tls/ is the TLS variant's (TestKServeTLSRuntime)
 		}
 		switch m.gvk {
 		case "serving.kserve.io/v1alpha1/ServingRuntime":
@@ -821,6 +872,50 @@ func TestKServeRuntimeAndInferenceService(t *testing.T) {
 	}
 	if !subset(pm.Spec.Selector.MatchLabels, podLabels) {
 		t.Errorf("PodMonitor selector %v does not select the predictor pods %v", pm.Spec.Selector.MatchLabels, podLabels)
+	}
+}
+
+// TestKServeTLSRuntime: the TLS variant of the ServingRuntime passes the container checks,
+// reads its certificate, key and key file from Secret volumes, and probes over HTTPS.
+func TestKServeTLSRuntime(t *testing.T) {
+	var rt servingRuntime
+	var spec struct {
+		Spec struct {
+			Volumes []corev1.Volume `json:"volumes"`
+		} `json:"spec"`
+	}
+	ms := readManifests(t, filepath.Join("kserve", "tls", "servingruntime.yaml"))
+	if len(ms) != 1 {
+		t.Fatalf("%d documents", len(ms))
+	}
+	if err := yaml.Unmarshal(ms[0].data, &rt); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(ms[0].data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	c := checkContainer(t, "ServingRuntime "+rt.Metadata.Name, rt.Spec.Containers, nil)
+	secrets := map[string]string{} // mount path: Secret
+	for _, vm := range c.VolumeMounts {
+		for _, v := range spec.Spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				secrets[vm.MountPath] = v.Secret.SecretName
+			}
+		}
+	}
+	for _, flag := range []string{"-tls-cert", "-tls-key", "-api-keys"} {
+		p := argValue(c.Args, flag)
+		if p == "" || secrets[filepath.Dir(p)] == "" {
+			t.Errorf("%s %q is not a file of a Secret volume (%v)", flag, p, secrets)
+		}
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("the %s probe speaks %s, not HTTPS", name, p.HTTPGet.Scheme)
+		}
+	}
+	if rt.Metadata.Name == "imagegate" {
+		t.Error("the TLS runtime has the plain runtime's name")
 	}
 }
 

@@ -75,6 +75,13 @@ func TestMonitoringOnGateway(t *testing.T) {
     batching: {max_batch_size: 2, max_queue_size: 16}
     runtime: {instances: 1, intra_op_threads: 1, inter_op_threads: 1}
 `, modelDir)
+	// API keys: the traffic carries one (the per-key panels); health and /metrics stay open.
+	keys := filepath.Join(dir, "keys.yaml")
+	if err := os.WriteFile(keys, []byte("keys:\n  - {name: tenant-a, key: monitoring-test-key-0123456789}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = "server: {api_keys: {file: " + keys + "}}\n" + cfg
+	key := map[string]string{"X-API-Key": "monitoring-test-key-0123456789"}
 	cfgPath := filepath.Join(dir, "gateway.yaml")
 	g := startMonitoredGateway(t, cfgPath, cfg)
 
@@ -93,7 +100,7 @@ func TestMonitoringOnGateway(t *testing.T) {
 
 	// The traffic.
 	for range 3 {
-		if st, body := g.post(t, "/predict/", "image/jpeg", jpeg, nil); st != 200 {
+		if st, body := g.post(t, "/predict/", "image/jpeg", jpeg, key); st != 200 {
 			t.Fatalf("POST /predict/: %d %s", st, body)
 		}
 	}
@@ -103,10 +110,12 @@ func TestMonitoringOnGateway(t *testing.T) {
 		header      map[string]string
 		want        int
 	}{
-		{"/predict/", "application/octet-stream", []byte("not an image"), nil, 415},
-		{"/models/nope/predict", "image/jpeg", jpeg, nil, 404},
+		{"/predict/", "application/octet-stream", []byte("not an image"), key, 415},
+		{"/models/nope/predict", "image/jpeg", jpeg, key, 404},
 		// 1 µs left: refused before its body is read (stage deadline, reason shed).
-		{"/predict/", "image/jpeg", jpeg, map[string]string{"X-Request-Timeout": "0.001"}, 503},
+		{"/predict/", "image/jpeg", jpeg, map[string]string{"X-Request-Timeout": "0.001", "X-API-Key": key["X-API-Key"]}, 503},
+		// No key: 401 before anything else.
+		{"/predict/", "image/jpeg", jpeg, nil, 401},
 	} {
 		if st, body := g.post(t, c.path, c.ctype, c.body, c.header); st != c.want {
 			t.Fatalf("POST %s %v: %d %s, want %d", c.path, c.header, st, body, c.want)
@@ -135,6 +144,8 @@ func TestMonitoringOnGateway(t *testing.T) {
 		{"gateway_model_load_failures_total", map[string]string{"model": "broken"}, 1},
 		{"gateway_reloads_total", map[string]string{"result": "failed"}, 1},
 		{"gateway_ready", map[string]string{}, 1},
+		{"gateway_key_requests_total", map[string]string{"key": "tenant-a", "code": "200"}, 3},
+		{"gateway_auth_refusals_total", map[string]string{"reason": "missing"}, 1},
 	} {
 		if v, ok := exp.value(c.name, c.labels); !ok || v != c.want {
 			t.Errorf("/metrics: %s%v = %v (found %v), want %v", c.name, c.labels, v, ok, c.want)

@@ -16,7 +16,8 @@ import (
 // listener (health, metadata, metrics, an unknown path or model) log what they have. The
 // fields, in order: client, method, path, [model, version,] status, [reason, refusal, stage,]
 // bytes_in, bytes_out, [read_ms, decode_ms, queue_ms, run_ms, batch,] total_ms, request_id,
-// [trace_id]. No header value is logged but the request ID (which validRequestID checks).
+// [trace_id,] [key]. No header value is logged but the request ID (which validRequestID
+// checks); key is the name of the request's API key, never the key.
 
 // accessLog is the access log's settings.
 type accessLog struct {
@@ -53,6 +54,9 @@ func (s *Server) logRequest(r *request, status int, reason string) {
 	if tid := r.traceID(); tid.IsValid() {
 		attrs = append(attrs, slog.String("trace_id", tid.String()))
 	}
+	if r.meta.key != "" {
+		attrs = append(attrs, slog.String("key", r.meta.key)) // its name, never the key
+	}
 	a.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
@@ -76,6 +80,9 @@ func (s *Server) logHTTP(fc *fasthttp.RequestCtx, start time.Time, id []byte) {
 	attrs = append(attrs, slog.Int("status", status), slog.Int64("bytes_in", max(int64(fc.Request.Header.ContentLength()), 0)),
 		slog.Int64("bytes_out", int64(len(fc.Response.Body()))), msAttr("total_ms", time.Since(start)),
 		slog.String("request_id", string(id)))
+	if k := keyName(fc); k != "" {
+		attrs = append(attrs, slog.String("key", k))
+	}
 	a.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 

@@ -69,11 +69,13 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 		ln.Close() // a drain has begun
 		return nil
 	}
-	return srv.Serve(ln)
+	return srv.Serve(s.adminListener(ln)) // in TLS when configured
 }
 
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	defer s.answerID(ctx) // health and /metrics get theirs from handle
+	// What it hands to handle needs no API key: keys are the public listener's (security.go).
+	ctx.SetUserValue(adminValue, true)
 	path := string(ctx.Path())
 	switch {
 	case strings.HasPrefix(path, "/v2/repository"):

@@ -15,15 +15,17 @@
 // 100-continue), admin.go (the admin API), console.go (the console in the browser, /ui/),
 // observe.go (request IDs, stage times, Server-Timing), trace.go (OpenTelemetry spans),
 // access.go (the access log), watchdog.go (liveness), stats.go (Triton's statistics
-// extension). Below it: internal/admit (admission: the memory budget, the decode gate, the
-// queue-target policy, the door's decision), internal/sched (decode and model threads), internal/netx
+// extension), security.go (TLS on the listeners, API keys and their limits, checked at every
+// entry before its door). Below it: internal/admit (admission: the memory budget, the decode
+// gate, the queue-target policy, the door's decision), internal/sched (decode and model threads), internal/netx
 // (connections, below HTTP), internal/wire (codecs), internal/stats (the statistics'
 // counters), internal/grpcio (the gRPC server's codec and buffer pool), internal/grpcapi
 // (the gRPC API's protocol side: options, codes, health, streams, statistics),
 // internal/modeldesc (a model's metadata and configuration, JSON and protobuf),
 // internal/watchdog (the liveness watchdog's run tracking and hang checks), internal/metricset
 // (the metric families' help texts, buckets and request series), internal/console (the
-// console's page and the live view's snapshot). docs/architecture.md draws the map.
+// console's page and the live view's snapshot), internal/tlsx (a listener's TLS from files,
+// reloaded), internal/auth (the key file, keys' limits). docs/architecture.md draws the map.
 //
 // It imports preprocess and batcher; it does not import ONNX Runtime: the model runners (one
 // per instance) are injected through the Runner interface, so cmd/gateway wires ORT sessions

@@ -14,7 +14,7 @@ import (
 // Serve accepts connections on ln until Shutdown. It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.dog.Run()
-	l := s.conns.Listen(ln)
+	l := s.listen(ln) // tracked, in TLS when configured
 	if !s.serving(func(lc *lifecycle) { lc.lns = append(lc.lns, l) }) {
 		l.Close() // a drain has begun
 	}

@@ -43,12 +43,15 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	case !inference:
 		return s.answerNow(fc)
 	}
+	if st, refused := s.expectAuthorize(fc, path); refused { // the key, before the door (security.go)
+		return st
+	}
 	m, err := s.lookupRoute(rt)
 	switch {
 	case err != nil && rt.def:
-		return s.noModel(fc)
+		return countKey(fc, s.noModel(fc))
 	case err != nil:
-		return s.lookupAnswer(fc, err, true)
+		return countKey(fc, s.lookupAnswer(fc, err, true))
 	}
 	defer m.done()
 	r := s.newRequest(m, rt.fe)
@@ -57,6 +60,7 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	r.t = &r.http
 	r.takeRequestID(fc.Request.Header.Peek(headerRequestID))
 	r.takeTraceContext(fc.Request.Header.Peek("traceparent"), fc.Request.Header.Peek("tracestate"))
+	r.meta.key = keyName(fc)
 	r.meta.stage = stageAdmit
 	err = s.door(r)
 	if err == nil {
@@ -70,6 +74,7 @@ func (s *Server) expectDecide(fc *fasthttp.RequestCtx) int {
 	}
 	r.t.annotate(r)
 	m.met.req.Observe(status, reason, r.meta.stages.total)
+	countKey(fc, status)
 	s.endSpan(r, status, reason)
 	s.logRequest(r, status, reason)
 	return status

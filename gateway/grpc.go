@@ -56,6 +56,14 @@ type grpcResult struct {
 // traceparent and tracestate; incoming, the call's place in the decode line since the tap
 // (zero: none), which the request takes over.
 func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, incoming admit.Ticket) (*inference.ModelInferResponse, error) {
+	if k := grpcKey(ctx); k != nil { // the call's key (security.go): its model, its limits, its count
+		return s.grpcKeyInfer(ctx, k, req, md, stream, incoming)
+	}
+	return s.grpcInferAs(ctx, req, md, stream, incoming, "")
+}
+
+// grpcInferAs runs grpcInfer's request, with key the name of its API key ("": none).
+func (s *Server) grpcInferAs(ctx context.Context, req *inference.ModelInferRequest, md metadata.MD, stream bool, incoming admit.Ticket, key string) (*inference.ModelInferResponse, error) {
 	name, tensorOnly := strings.CutSuffix(req.GetModelName(), tensorSuffix)
 	m, err := s.lookup(name, req.GetModelVersion())
 	if err != nil {
@@ -73,6 +81,7 @@ func (s *Server) grpcInfer(ctx context.Context, req *inference.ModelInferRequest
 	var res grpcResult
 	r.grpc = grpcTransport{ctx: ctx, req: req, res: &res, stream: stream}
 	r.t = &r.grpc
+	r.meta.key = key
 	if md != nil {
 		if !stream {
 			r.takeRequestID(mdValue(md, "x-request-id"))

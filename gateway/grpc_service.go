@@ -61,7 +61,8 @@ func (s *Server) ServeGRPC(ln net.Listener) error {
 func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
 	pool := &grpcio.BufferPool{}
 	codec := grpcio.NewCodec(pool)
-	srv := grpc.NewServer(grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcTap, codec, pool)...)
+	opts := grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcAuth, codec, pool) // grpcAuth, then grpcTap
+	srv := grpc.NewServer(append(opts, s.grpcCreds()...)...)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s, codec: codec})
 	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.life.stop})
 	reflection.Register(srv)
@@ -106,6 +107,9 @@ func (s *Server) tapDoor(ctx context.Context, now time.Time) (stage, reason stri
 			on.met.req.Observe(code, reason, 0)
 		} else {
 			s.met.unknown.Observe(code, reason, 0)
+		}
+		if k := grpcKey(ctx); k != nil {
+			k.Count(code) // the call's key (grpcAuth), by the status its model's series count
 		}
 		return stage, reason, status.Error(codes.Unavailable, msg)
 	}
@@ -249,7 +253,10 @@ func (g *grpcService) ServerMetadata(context.Context, *inference.ServerMetadataR
 
 // model looks a model up by its protocol name (NAME or NAME.tensor) and version; release it
 // with done.
-func (g *grpcService) model(name, version string) (*model, bool, error) {
+func (g *grpcService) model(ctx context.Context, name, version string) (*model, bool, error) {
+	if err := g.s.grpcForbidden(ctx, name); err != nil {
+		return nil, false, err
+	}
 	base, tensorOnly := strings.CutSuffix(name, tensorSuffix)
 	m, err := g.s.lookup(base, version)
 	if err != nil {
@@ -261,8 +268,8 @@ func (g *grpcService) model(name, version string) (*model, bool, error) {
 
 // ModelReady answers false for a model or version not served, as Triton does (its clients'
 // is_model_ready polls a model being loaded), rather than NOT_FOUND.
-func (g *grpcService) ModelReady(_ context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
-	m, _, err := g.model(req.GetName(), req.GetVersion())
+func (g *grpcService) ModelReady(ctx context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
+	m, _, err := g.model(ctx, req.GetName(), req.GetVersion())
 	if status.Code(err) == codes.NotFound {
 		return &inference.ModelReadyResponse{}, nil
 	}
@@ -273,8 +280,8 @@ func (g *grpcService) ModelReady(_ context.Context, req *inference.ModelReadyReq
 	return &inference.ModelReadyResponse{Ready: g.s.ready() && !m.closing.Load()}, nil
 }
 
-func (g *grpcService) ModelMetadata(_ context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
-	m, tensorOnly, err := g.model(req.GetName(), req.GetVersion())
+func (g *grpcService) ModelMetadata(ctx context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
+	m, tensorOnly, err := g.model(ctx, req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, err
 	}
@@ -285,8 +292,8 @@ func (g *grpcService) ModelMetadata(_ context.Context, req *inference.ModelMetad
 }
 
 // ModelConfig answers as HTTP's .../config does (modelConfig in v2.go), in Triton's message.
-func (g *grpcService) ModelConfig(_ context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
-	m, tensorOnly, err := g.model(req.GetName(), req.GetVersion())
+func (g *grpcService) ModelConfig(ctx context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
+	m, tensorOnly, err := g.model(ctx, req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +409,10 @@ func (s *Server) grpcHealthy() bool {
 
 // ModelStatistics answers Triton's statistics extension from the same counters as HTTP's
 // .../stats (Server.Stats): a model version, every version of a model, or every model.
-func (g *grpcService) ModelStatistics(_ context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
+func (g *grpcService) ModelStatistics(ctx context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
+	if err := g.s.grpcForbidden(ctx, req.GetName()); err != nil {
+		return nil, err
+	}
 	ms, err := g.s.Stats(req.GetName(), req.GetVersion())
 	if err != nil {
 		status, _ := g.s.classify(err)

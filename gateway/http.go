@@ -41,6 +41,7 @@ func (s *Server) serveInference(fc *fasthttp.RequestCtx, m *model, fe frontEnd) 
 	h := &fc.Request.Header
 	r.takeRequestID(h.Peek(headerRequestID))
 	r.takeTraceContext(h.Peek("traceparent"), h.Peek("tracestate"))
+	r.meta.key = keyName(fc)
 	s.infer(r)
 }
 
@@ -363,6 +364,10 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	case errors.As(err, &ne) && ne.Timeout():
 		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request (server.read_timeout)")
+	case errors.Is(err, netx.ErrHTTPOnTLSPort): // answered in plain text (netx.Conn.Write)
+		writeError(ctx, fasthttp.StatusBadRequest, "this port speaks HTTPS (TLS), not plain HTTP: use https://")
+	case errors.Is(err, netx.ErrNotTLS):
+		writeError(ctx, fasthttp.StatusBadRequest, "not a TLS handshake: this port speaks HTTPS")
 	case errors.Is(err, netx.ErrTLSOnPlainPort):
 		writeError(ctx, fasthttp.StatusBadRequest, "this port speaks plain HTTP, not TLS: use http://, not https://")
 	case errors.Is(err, netx.ErrNotHTTP):

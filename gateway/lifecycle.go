@@ -30,7 +30,8 @@ import (
 //	    (what still waits is answered 503 draining), bodies are no longer read, and no request is
 //	    admitted.
 //	  - stopped: the models are being closed (they answer what they hold, then free their
-//	    sessions); no reload installs a model any more.
+//	    sessions); no reload installs a model any more. Entering it ends the poll of the TLS
+//	    and key files (server.credentials_poll).
 type phase int32
 
 const (
@@ -99,6 +100,8 @@ func (s *Server) advance(p phase) bool {
 		}
 	case phaseAborting:
 		l.abortFn(errDraining)
+	case phaseStopped:
+		s.stopCredentials() // the poll of the TLS and key files ends with the reloads
 	}
 	return true
 }

@@ -80,6 +80,7 @@ type requestMeta struct {
 	parent  trace.SpanContext // the client's trace context (traceparent, tracestate); zero: none
 	span    trace.Span        // the request's server span; nil: not traced
 	sc      trace.SpanContext // span's context (for the batch run's links)
+	key     string            // the name of its API key ("": none)
 }
 
 // stageTimes are the times a request spent in each stage. Samples of one request that run in

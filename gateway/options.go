@@ -75,6 +75,13 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Watchdog bounds a batch run before the server stops reporting live (watchdog.go).
 	Watchdog WatchdogOptions
+	// TLS is each listener's TLS (security.go); nil: plain text.
+	TLS struct{ HTTP, GRPC, Admin *TLSOptions }
+	// Keys, with a File, require an API key of the public API's requests (security.go).
+	Keys KeyOptions
+	// CredentialsPoll, when positive, is how often the TLS and key files are read again
+	// (Reload reads them too); what changed and is valid is served from then on.
+	CredentialsPoll time.Duration
 }
 
 func (o *Options) validate() error {

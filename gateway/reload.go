@@ -85,6 +85,7 @@ func (st *states) get(name, version string) (versionState, bool) {
 
 // Reload reads the repository again and applies it to every model.
 func (s *Server) Reload() error {
+	s.reloadCredentials("reload") // certificates and keys first: they do not wait for models
 	err := s.applyFrom("")
 	s.met.reloads[err == nil].Inc()
 	return err

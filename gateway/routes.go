@@ -65,6 +65,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusServiceUnavailable, overflowMessage(s.opts.MaxConnections))
 		return
 	}
+	// The key, before anything of the body is read and before the door (security.go).
+	key, held, ok := s.authorizeHTTP(ctx, path)
+	if !ok {
+		return
+	}
+	if held {
+		defer keyDone(ctx, key)
+	}
 	if rt, ok := inferenceRoute(path); ok {
 		s.handleInference(ctx, rt)
 		return

@@ -50,6 +50,8 @@ type Server struct {
 
 	life lifecycle // the phase (lifecycle.go), the listeners, the abort context
 
+	sec security // TLS sources, API keys (security.go)
+
 	ids    *requestIDs   // request IDs of requests that bring none
 	tracer trace.Tracer  // nil: no tracing
 	access *accessLog    // nil: no access log
@@ -111,6 +113,11 @@ func New(opts Options, repo Repository) (*Server, error) {
 	})
 	s.models.Store(&modelTable{byName: map[string][]*model{}})
 	s.registerServerMetrics()
+	if err := s.initSecurity(); err != nil {
+		s.threads.Close()
+		s.gone.Close()
+		return nil, err
+	}
 	overflow := netx.OverflowConns(opts.MaxConnections)
 	s.srv = &fasthttp.Server{
 		Handler:       s.handle,

@@ -31,6 +31,7 @@ const (
 	attrSample    = attribute.Key("imagegate.sample")
 	attrStatus    = attribute.Key("http.response.status_code")
 	attrImage     = attribute.Key("imagegate.image.bytes")
+	attrKey       = attribute.Key("imagegate.key") // the API key's name
 )
 
 // startSpan starts the request's server span (at its start), when tracing is on.
@@ -94,6 +95,9 @@ func (s *Server) endSpan(r *request, status int, reason string) {
 		}
 		sp.SetAttributes(attrRequestID.String(string(r.requestID())), attrStatus.Int(status), attrOutcome.String(outcome),
 			attrBatchSize.Int(r.meta.stages.batch))
+		if r.meta.key != "" {
+			sp.SetAttributes(attrKey.String(r.meta.key))
+		}
 		if status >= 500 {
 			// Server spans fail on 5xx only: a 4xx is the client's error (OpenTelemetry's HTTP
 			// conventions).

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -100,6 +101,10 @@ type Config struct {
 	ExpectContinue bool
 	// Timeout bounds each request, dial included (default 30s).
 	Timeout time.Duration
+	// TLS configures https:// and grpcs:// URLs (the CA to trust, a client certificate);
+	// nil: the system's CAs (https://, grpcs://), plain text (grpc://). Setting it makes a
+	// gRPC run speak TLS.
+	TLS *tls.Config
 
 	// Progress, when set, is called about every ProgressInterval (default
 	// 250ms) from one goroutine, and once at the end.

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -25,8 +27,8 @@ func GRPCTarget(rawURL string) (string, error) {
 	hostport := rawURL
 	if strings.Contains(rawURL, "://") {
 		u, err := url.Parse(rawURL)
-		if err != nil || u.Scheme != "grpc" || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
-			return "", fmt.Errorf("%w: gRPC URL %q: want grpc://host:port or host:port (plaintext; no path: the model is -model)", ErrConfig, rawURL)
+		if err != nil || u.Scheme != "grpc" && u.Scheme != "grpcs" || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+			return "", fmt.Errorf("%w: gRPC URL %q: want grpc://host:port, grpcs://host:port (TLS) or host:port (no path: the model is -model)", ErrConfig, rawURL)
 		}
 		hostport = u.Host
 	}
@@ -42,7 +44,10 @@ func (c *Config) normalizeGRPC() error {
 	if err != nil {
 		return err
 	}
-	c.URL = "grpc://" + target
+	if strings.HasPrefix(c.URL, "grpcs://") && c.TLS == nil {
+		c.TLS = &tls.Config{}
+	}
+	c.URL = grpcScheme(c) + target
 	if c.Method != "" && c.Method != grpcMethod {
 		return fmt.Errorf("%w: a gRPC run calls %s; method %q does not apply", ErrConfig, grpcMethod, c.Method)
 	}
@@ -57,9 +62,12 @@ func (c *Config) normalizeGRPC() error {
 }
 
 // grpcOptions are the client options of cfg's headers.
-func grpcOptions(headers []Header) oipgrpc.Options {
+func grpcOptions(cfg *Config) oipgrpc.Options {
 	var o oipgrpc.Options
-	for _, h := range headers {
+	if cfg.TLS != nil {
+		o.DialOptions = append(o.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
+	}
+	for _, h := range cfg.Headers {
 		switch strings.ToLower(h.Name) {
 		case "host":
 			o.Authority = h.Value
@@ -93,7 +101,10 @@ func PrepareGRPC(ctx context.Context, cfg *Config, model string) error {
 	if err != nil {
 		return err
 	}
-	c, err := oipgrpc.Dial(target, grpcOptions(cfg.Headers))
+	if strings.HasPrefix(cfg.URL, "grpcs://") && cfg.TLS == nil {
+		cfg.TLS = &tls.Config{}
+	}
+	c, err := oipgrpc.Dial(target, grpcOptions(cfg))
 	if err != nil {
 		return err
 	}
@@ -130,9 +141,17 @@ func PrepareGRPC(ctx context.Context, cfg *Config, model string) error {
 	}
 	cfg.Bodies = bodies
 	cfg.Protocol = ProtocolGRPC
-	cfg.URL = "grpc://" + target
+	cfg.URL = grpcScheme(cfg) + target
 	cfg.KeepAlive = true
 	return nil
+}
+
+// grpcScheme is the scheme of a gRPC run's URL: grpcs:// with TLS.
+func grpcScheme(cfg *Config) string {
+	if cfg.TLS != nil {
+		return "grpcs://"
+	}
+	return "grpc://"
 }
 
 // grpcClients opens cfg.GRPCConns connections (lazily: each connects on its first call).
@@ -143,7 +162,7 @@ func grpcClients(cfg *Config) ([]*oipgrpc.Client, error) {
 	}
 	clients := make([]*oipgrpc.Client, cfg.GRPCConns)
 	for i := range clients {
-		if clients[i], err = oipgrpc.Dial(target, grpcOptions(cfg.Headers)); err != nil {
+		if clients[i], err = oipgrpc.Dial(target, grpcOptions(cfg)); err != nil {
 			for _, c := range clients[:i] {
 				c.Close()
 			}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -393,10 +394,24 @@ func (c *collector) progress(elapsed time.Duration, sent uint64, done bool) Prog
 	return p
 }
 
+// redacted is headers with their credentials' values replaced: a report is shared, a key
+// must not travel with it.
+func redacted(headers []Header) []Header {
+	var out []Header
+	for _, h := range headers {
+		switch strings.ToLower(h.Name) {
+		case "authorization", "x-api-key", "proxy-authorization", "cookie":
+			h.Value = "(redacted)"
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
 func (c *collector) result(start, end time.Time, cpu cpuTimes) *Result {
 	cfg := c.cfg
 	rc := ReportConfig{
-		URL: cfg.URL, Method: cfg.Method, Headers: cfg.Headers,
+		URL: cfg.URL, Method: cfg.Method, Headers: redacted(cfg.Headers),
 		Mode: "closed", Concurrency: cfg.Concurrency, Requests: cfg.Requests,
 		DurationS: cfg.Duration.Seconds(), WarmupRequests: cfg.WarmupRequests,
 		WarmupS: cfg.WarmupDuration.Seconds(), KeepAlive: cfg.KeepAlive,

@@ -161,6 +161,7 @@ func hostClient(cfg *Config, u *url.URL) *fasthttp.HostClient {
 		Addr:                      addr,
 		Name:                      "imagegate-loadtest",
 		IsTLS:                     u.Scheme == "https",
+		TLSConfig:                 cfg.TLS,
 		MaxConns:                  cfg.Concurrency,
 		MaxConnWaitTimeout:        cfg.Timeout,
 		MaxIdemponentCallAttempts: 1,

@@ -3,6 +3,8 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -424,4 +426,31 @@ func mustJSON(t *testing.T, r *Result) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestHTTPSRun: an https:// run trusts Config.TLS's CA, and the report withholds the values of
+// credential headers.
+func TestHTTPSRun(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			w.WriteHeader(401)
+		}
+	}))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	res, err := Run(context.Background(), Config{URL: srv.URL, Requests: 20, Concurrency: 2, KeepAlive: true,
+		Headers: []Header{{"Authorization", "Bearer s3cret"}}, TLS: &tls.Config{RootCAs: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Summary.OK2xx != 20 {
+		t.Fatalf("%+v", res.Summary)
+	}
+	if h := res.Config.Headers; len(h) != 1 || h[0].Value != "(redacted)" {
+		t.Fatalf("report headers %v", h)
+	}
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Requests: 2}); err != nil {
+		t.Fatal(err)
+	} // without the CA: every request fails to connect (counted, not an error of the run)
 }

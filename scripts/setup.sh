@@ -8,6 +8,7 @@
 #                             load generator's HTML report test, HAProxy for the fleet test,
 #                             Prometheus's promtool and server for the metrics tests, Python
 #                             with PIL, numpy and onnx for the references of the vision tests,
+#                             grpcio for the gRPC clients' tests (Triton's schema, TLS),
 #                             podman to load the image make image writes, shellcheck for the
 #                             workflows' scripts); the tests read their models from ../shared
 #                             and fetch none
@@ -30,8 +31,9 @@ pkgs=(gcc libc6-dev pkg-config libjpeg62-turbo-dev libspng-dev ca-certificates c
 command -v npm >/dev/null || pkgs+=(npm)
 if [ $mode = test ]; then
   # Debian's Python with PIL, numpy and onnx: the detection and embedding tests compute their
-  # references with them on the machine they run on (PIL-exact preprocessing, models cut in a test).
-  pkgs+=(chromium haproxy prometheus podman shellcheck python3-pil python3-numpy python3-onnx)
+  # references with them on the machine they run on (PIL-exact preprocessing, models cut in a test);
+  # python3-grpcio: the gRPC clients of the Triton and TLS tests.
+  pkgs+=(chromium haproxy prometheus podman shellcheck python3-pil python3-numpy python3-onnx python3-grpcio)
 fi
 
 missing=()

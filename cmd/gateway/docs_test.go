@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/imagegate/imagegate/internal/testcert"
 )
 
 // What the documentation says about the code, checked against the code: the metrics of
@@ -160,13 +162,21 @@ func parseExposition(t *testing.T, text string) map[string]*exported {
 // gateway exports is in the doc; other families are the documented process_* and go_* ones.
 func TestDocsMetricsMatchTheGateway(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
-	config := "models:\n" + defaultModelYAML(t, "{max_batch_size: 4, max_queue_delay: 1ms, adaptive: {latency_target: 50ms}}") +
+	// TLS on the gRPC listener and API keys, so that their families exist too (HTTP stays
+	// plain, its health and metrics open).
+	ca := testcert.NewCA(t, "docs")
+	pair := ca.Server(t, "gateway")
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	os.WriteFile(keys, []byte("keys:\n  - {name: docs, key: docs-test-key-0123456789}\n"), 0o600)
+	config := fmt.Sprintf("server: {tls: {grpc: {cert_file: %s, key_file: %s}}, api_keys: {file: %s}}\n", pair.CertFile, pair.KeyFile, keys) +
+		"models:\n" + defaultModelYAML(t, "{max_batch_size: 4, max_queue_delay: 1ms, adaptive: {latency_target: 50ms}}") +
 		fmt.Sprintf("  - {name: auto, path: %s/models/mobilenet_v3_small/model.onnx}\n", repoRoot(t)) // max_batch_size: auto, its curve's series
 	g := startGatewayFile(t, cfgPath, config)
-	if a := g.do("POST", "/predict/", "image/png", testPNG(t)); a.status != 200 {
+	const key = "X-API-Key"
+	if a := g.do("POST", "/predict/", "image/png", testPNG(t), key, "docs-test-key-0123456789"); a.status != 200 {
 		t.Fatalf("predict: %d %s", a.status, a.body)
 	}
-	if a := g.do("POST", "/predict/", "text/plain", []byte("not an image")); a.status != 415 {
+	if a := g.do("POST", "/predict/", "text/plain", []byte("not an image"), key, "docs-test-key-0123456789"); a.status != 415 {
 		t.Fatalf("a text body: %d %s", a.status, a.body)
 	}
 	// A model that fails to load, so that its counter exists.

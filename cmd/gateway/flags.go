@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/imagegate/imagegate/configs"
@@ -32,6 +33,10 @@ type options struct {
 	logLevel    string
 	logFormat   string
 	health      string
+	tlsCert     string
+	tlsKey      string
+	tlsClientCA string
+	apiKeys     string
 	modelDir    *modelDirFlags // KServe's -model_dir, -model_name, -http_port: kserve.go
 	triton      *tritonFlags   // Triton's -model-repository, -model-control-mode...: triton.go
 }
@@ -51,7 +56,11 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.BoolVar(&o.version, "version", false, "print the build's version, Go's, ONNX Runtime's and the CPU features used, then exit")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error (overrides log.level)")
 	fs.StringVar(&o.logFormat, "log-format", "", "text or json (overrides log.format)")
-	fs.StringVar(&o.health, "healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks)")
+	fs.StringVar(&o.health, "healthcheck", "", "GET this URL and exit 0 if it answers 200 (for container health checks; https:// is not verified, and an http:// URL that reaches a TLS port is tried over https://)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate file: serve every listener over TLS (overrides server.tls.cert_file; with -tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM key file of -tls-cert (overrides server.tls.key_file)")
+	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM file of the CAs whose client certificates are required (mutual TLS; overrides server.tls.client_ca_file)")
+	fs.StringVar(&o.apiKeys, "api-keys", "", "key file: every inference request needs a key (overrides server.api_keys.file; docs/security.md)")
 	o.modelDir = addModelDirFlags(fs)
 	o.triton = addTritonFlags(fs)
 	return o
@@ -93,6 +102,9 @@ func (o *options) validate() error {
 	}
 	if o.logFormat != "" && o.logFormat != "text" && o.logFormat != "json" {
 		return fmt.Errorf("-log-format must be text or json, got %q", o.logFormat)
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return errors.New("-tls-cert and -tls-key go together")
 	}
 	return nil
 }
@@ -151,6 +163,21 @@ func (o *options) apply(cfg *configs.Config) {
 	}
 	if o.logFormat != "" {
 		cfg.Log.Format = o.logFormat
+	}
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	if o.tlsCert != "" {
+		cfg.Server.TLS.CertFile, cfg.Server.TLS.KeyFile = abs(o.tlsCert), abs(o.tlsKey)
+	}
+	if o.tlsClientCA != "" {
+		cfg.Server.TLS.ClientCAFile = abs(o.tlsClientCA)
+	}
+	if o.apiKeys != "" {
+		cfg.Server.APIKeys.File = abs(o.apiKeys)
 	}
 }
 

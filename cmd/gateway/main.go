@@ -15,9 +15,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -116,8 +118,8 @@ func run(o *options, src source, log *slog.Logger) error {
 		closeNow(srv)
 		return err
 	}
-	log.Info("serving", "addr", l.addr, "models", len(cfg.Models), "onnxruntime", ort.Version(),
-		"startup", time.Since(start).Round(time.Millisecond))
+	log.Info("serving", "addr", l.addr, "tls", tlsOn(cfg.Server, "http"), "api_keys", cfg.Server.APIKeys.File != "", "models", len(cfg.Models),
+		"onnxruntime", ort.Version(), "startup", time.Since(start).Round(time.Millisecond))
 	r := startReloads(srv, repo, cfg, log)
 	sig := make(chan os.Signal, 8) // a burst of signals is not dropped (the drain logs each)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -195,7 +197,7 @@ func listen(srv *gateway.Server, cfg *configs.Config, o *options, token string, 
 			log.Warn("admin API not served: cannot listen (set server.admin_listen or -admin-listen)", "addr", a, "err", err)
 		} else {
 			go srv.ServeAdmin(aln)
-			log.Info("admin", "addr", aln.Addr().String(), "token", token != "")
+			log.Info("admin", "addr", aln.Addr().String(), "token", token != "", "tls", tlsOn(cfg.Server, "admin"))
 		}
 	}
 	if a := cfg.Server.GRPCListen; a != "off" {
@@ -214,7 +216,7 @@ func listen(srv *gateway.Server, cfg *configs.Config, o *options, token string, 
 					log.Error("gRPC server stopped", "err", err)
 				}
 			}()
-			log.Info("grpc", "addr", gln.Addr().String())
+			log.Info("grpc", "addr", gln.Addr().String(), "tls", tlsOn(cfg.Server, "grpc"))
 		}
 	}
 	return l, nil
@@ -424,7 +426,32 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 	if traces != nil {
 		o.TracerProvider = traces
 	}
+	securityOptions(c, &o)
 	return o
+}
+
+// tlsOn reports whether a listener (http, grpc, admin) serves TLS.
+func tlsOn(c configs.Server, listener string) bool {
+	_, on := c.TLS.For(listener)
+	return on
+}
+
+// securityOptions translates server.tls, server.api_keys and server.credentials_poll.
+func securityOptions(c configs.Server, o *gateway.Options) {
+	for _, l := range []struct {
+		name string
+		dst  **gateway.TLSOptions
+		off  bool // the listener is not opened
+	}{{"http", &o.TLS.HTTP, false}, {"grpc", &o.TLS.GRPC, c.GRPCListen == "off"}, {"admin", &o.TLS.Admin, c.AdminListen == "off"}} {
+		if t, on := c.TLS.For(l.name); on && !l.off {
+			*l.dst = &gateway.TLSOptions{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile,
+				ClientAuth: t.ClientAuth, MinVersion: t.MinVersion}
+		}
+	}
+	if c.APIKeys.File != "" {
+		o.Keys = gateway.KeyOptions{File: c.APIKeys.File, Open: c.APIKeys.Open}
+	}
+	o.CredentialsPoll = c.CredentialsPoll.D()
 }
 
 // tracerProvider is the OpenTelemetry tracer provider the OTEL_* environment variables ask
@@ -583,12 +610,23 @@ func sessions[T ort.Elem](m configs.Model, server configs.Server) (gateway.Runne
 	return runners, closeAll, auto, nil
 }
 
+// healthcheck GETs url and reports whether it answered 200. It probes the gateway of its own
+// container: over https:// the certificate is not verified (what is checked is readiness, not
+// the server's name), and an http:// URL that reaches a TLS port (the gateway answers so) is
+// tried again over https://, so that the image's HEALTHCHECK works with TLS on too.
 func healthcheck(url string) int {
-	client := http.Client{Timeout: 2 * time.Second}
+	client := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	resp, err := client.Get(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		return 1
+	}
+	if rest, ok := strings.CutPrefix(url, "http://"); ok && resp.StatusCode == http.StatusBadRequest {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if strings.Contains(string(b), "speaks HTTPS") {
+			resp.Body.Close()
+			return healthcheck("https://" + rest)
+		}
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -1124,6 +1124,73 @@ func TestReliabilityIdleLockout(t *testing.T) {
 	}
 }
 
+// TestReliabilityTwoTenants: two API keys, "flood" limited to 10 requests a second and
+// "steady" to 50; steady sends 20 a second (Poisson) alone, then again while flood sends 40 a
+// second, 4x its limit, then alone again (and once beside flood at its limit, which tells what
+// flood's admitted requests cost steady from what its refused excess costs). Steady sees no refusal either time; flood's excess is refused with 429
+// (Retry-After) on its headers, and what it is let through is its rate. Steady's latency with
+// and without the flood is reported (a measurement, not a threshold).
+func TestReliabilityTwoTenants(t *testing.T) {
+	skipRaceServer(t)
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	const flood, steady = "flood-key-0123456789abcdef", "steady-key-0123456789abcdef"
+	if err := os.WriteFile(keys, []byte(fmt.Sprintf("keys:\n  - {name: flood, key: %s, rate: 10, burst: 10}\n  - {name: steady, key: %s, rate: 50}\n", flood, steady)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, shippedConfig(t, map[string]any{"server.api_keys": map[string]any{"file": keys}}))
+	article, err := os.ReadFile(filepath.Join(sharedDir(t), "seed", "rime_5868.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dur := pick(5*time.Second, 20*time.Second)
+	run := func(key string, rate float64) *loadtest.Result {
+		res, err := loadtest.Run(t.Context(), loadtest.Config{URL: g.url + "/predict/", Bodies: []loadtest.Body{{Data: article}},
+			Headers: []loadtest.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "X-API-Key", Value: key}},
+			Rate:    rate, Arrival: loadtest.ArrivalPoisson, Seed: 7, Concurrency: 64, Duration: dur, WarmupDuration: time.Second, KeepAlive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	beside := func(floodRate float64) (steadyRes, floodRes *loadtest.Result) {
+		done := make(chan struct{})
+		go func() { defer close(done); floodRes = run(flood, floodRate) }()
+		steadyRes = run(steady, 20)
+		<-done
+		return steadyRes, floodRes
+	}
+	alone := run(steady, 20)
+	// Flood within its limit first: what its admitted requests cost steady, apart from what
+	// its refused excess costs.
+	atLimit, _ := beside(10)
+	shared, floodRes := beside(40)
+	after := run(steady, 20) // alone again: the machine's drift shows between the two
+	for name, r := range map[string]*loadtest.Result{"steady alone": alone, "steady beside flood at its limit": atLimit,
+		"steady beside the flood": shared, "steady alone after": after} {
+		if r.Summary.Errors > 0 || r.Summary.OK2xx == 0 {
+			t.Errorf("%s: %d of %d requests failed: %v", name, r.Summary.Errors, r.Summary.Completed, r.Summary.StatusCodes)
+		}
+	}
+	fs := floodRes.Summary
+	limited, ok := fs.StatusCodes["429"], fs.OK2xx
+	// Let through: its rate over the measured window (the warm-up took the burst), within a
+	// few requests either way; the rest refused, nothing else.
+	if want := 10 * dur.Seconds(); float64(ok) < want*0.8 || float64(ok) > want*1.2+10 || limited == 0 || ok+limited != fs.Completed {
+		t.Errorf("flood: %d answered, %d refused (429), of %d: %v; want about %.0f answered and the rest 429", ok, limited, fs.Completed, fs.StatusCodes, want)
+	}
+	ratio := shared.Summary.Latency.P99 / max(alone.Summary.Latency.P99, after.Summary.Latency.P99)
+	t.Logf("steady's p99 %.1f ms alone, %.1f ms beside flood at its limit, %.1f ms beside flood at 4x (%.2fx the worse alone, %.2fx beside flood at its limit), %.1f ms alone after; flood: %d answered, %d refused",
+		alone.Summary.Latency.P99, atLimit.Summary.Latency.P99, shared.Summary.Latency.P99, ratio, shared.Summary.Latency.P99/atLimit.Summary.Latency.P99,
+		after.Summary.Latency.P99, ok, limited)
+	addReport("9 two tenants", fmt.Sprintf("## Two tenants\n\nAPI keys `flood` (10 req/s) and `steady` (50 req/s); steady sends 20 req/s (Poisson) for %v, alone and while flood sends 40 req/s (4x its limit); the article's payload.\n\n"+
+		"| run | steady answered | steady refused | steady p50 | steady p99 | flood answered | flood refused (429) |\n|---|---|---|---|---|---|---|\n"+
+		"| steady alone | %d | %d | %.1f ms | %.1f ms | | |\n| beside flood at its limit (10 req/s) | %d | %d | %.1f ms | %.1f ms | | |\n| beside the flood (40 req/s) | %d | %d | %.1f ms | %.1f ms (%.2fx the worse alone) | %d | %d |\n| steady alone after | %d | %d | %.1f ms | %.1f ms | | |\n",
+		dur, alone.Summary.OK2xx, alone.Summary.Errors, alone.Summary.Latency.P50, alone.Summary.Latency.P99,
+		atLimit.Summary.OK2xx, atLimit.Summary.Errors, atLimit.Summary.Latency.P50, atLimit.Summary.Latency.P99,
+		shared.Summary.OK2xx, shared.Summary.Errors, shared.Summary.Latency.P50, shared.Summary.Latency.P99, ratio, ok, limited,
+		after.Summary.OK2xx, after.Summary.Errors, after.Summary.Latency.P50, after.Summary.Latency.P99))
+}
+
 // histogram reads a histogram's cumulative bucket counts from /metrics, by upper bound (+Inf
 // included).
 func (g *gateway) histogram(name string) map[float64]float64 {

@@ -37,7 +37,7 @@ type repository struct {
 	started *configs.Server           // the server section the process started with
 	last    string                    // digest of the last specs polled
 	chosen  map[string]map[string]int // by model name and version: the max_batch_size auto chose
-	triton  tritonState                // the Triton repository's warnings logged (triton.go)
+	triton  tritonState               // the Triton repository's warnings logged (triton.go)
 }
 
 type fileHash struct {

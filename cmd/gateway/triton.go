@@ -243,7 +243,7 @@ func tritonOptions(m configs.Model, mo gateway.ModelOptions, err error) (gateway
 	if err != nil || m.Triton == nil {
 		return mo, err
 	}
-	s := triton.Served{Name: m.Name, InputName: mo.InputName, OutputName: m.Output.Name, InputType: m.Input.Type,
+	s := triton.Served{Name: m.Name, InputName: mo.InputName, OutputName: firstOutput(mo.Runners), InputType: m.Input.Type,
 		Layout: string(mo.Preprocess.Layout), Width: mo.Preprocess.Width, Height: mo.Preprocess.Height,
 		Classes: len(mo.Labels), MaxBatchSize: mo.Batching.MaxBatchSize, Instances: m.Runtime.Instances}
 	if s.Layout == "" {
@@ -262,6 +262,21 @@ func tritonOptions(m configs.Model, mo gateway.ModelOptions, err error) (gateway
 		return gateway.ModelOptions{}, fmt.Errorf("%s: %w", m.Triton.ConfigFile, err)
 	}
 	return mo, nil
+}
+
+// firstOutput is the name of the runners' first output (a classifier's scores).
+func firstOutput(r gateway.Runners) string {
+	var outs []gateway.Output
+	switch rs := r.(type) {
+	case gateway.RunnersOf[float32]:
+		outs = rs[0].Outputs()
+	case gateway.RunnersOf[uint8]:
+		outs = rs[0].Outputs()
+	}
+	if len(outs) == 0 {
+		return ""
+	}
+	return outs[0].Name
 }
 
 // startModels loads what is served at start: every model (Reload), then, in explicit model

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,7 +68,8 @@ Open Inference Protocol over gRPC (-protocol grpc):
   ModelInferRequest (raw_input_contents, a 4-byte length before the image, as
   Triton's tritonclient.grpc sends it), marshalled once before the run and sent
   with the ModelInfer RPC of the inference.GRPCInferenceService. The URL is the
-  server's gRPC address, host:port or grpc://host:port (plaintext HTTP/2); -model
+  server.s gRPC address, host:port or grpc://host:port (plaintext HTTP/2), or
+  grpcs://host:port (TLS; -cacert, -cert and -key apply); -model
   names the model, whose metadata is read first over gRPC. The -c workers share
   -grpc-conns connections (default 1), many calls in flight on each; -timeout is
   each call's deadline, which the server sees. Answers are counted by gRPC status
@@ -116,6 +119,10 @@ type options struct {
 	binary     bool
 	model      string
 	grpcConns  int
+	caCert     string
+	cert       string
+	key        string
+	insecure   bool
 	method     string
 	headers    headerFlag
 	params     paramFlag
@@ -199,12 +206,45 @@ func (o *options) register(fs *flag.FlagSet, sweep bool) {
 	fs.BoolVar(&o.binary, "binary", false, "with -protocol v2: binary tensor data instead of JSON, both ways")
 	fs.StringVar(&o.model, "model", "", "with -protocol v2 or grpc: the model to call (v2: unless the URL is its inference URL)")
 	fs.IntVar(&o.grpcConns, "grpc-conns", 1, "with -protocol grpc: connections the workers share")
+	fs.StringVar(&o.caCert, "cacert", "", "https:// and grpcs://: trust the CAs of this PEM file (default: the system's); with -protocol grpc, TLS")
+	fs.StringVar(&o.cert, "cert", "", "a client certificate (PEM) for servers that require one (mutual TLS; with -key)")
+	fs.StringVar(&o.key, "key", "", "the PEM key of -cert")
+	fs.BoolVar(&o.insecure, "insecure", false, "https:// and grpcs://: do not verify the server's certificate")
 	fs.StringVar(&o.method, "m", "", "HTTP method (default GET, or POST with a body)")
 	fs.Var(&o.headers, "H", "request header 'Name: value' (repeatable)")
 	fs.Var(&o.params, "param", "with -protocol v2 or grpc: request parameter KEY=VALUE (repeatable), e.g. a detector's detections=true")
 	fs.StringVar(&o.out, "o", "", "write the JSON report to this file")
 	fs.StringVar(&o.htmlOut, "html", "", "write the standalone HTML report to this file")
 	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
+}
+
+// tlsConfig is the TLS the flags ask for (nil: none asked).
+func (o *options) tlsConfig() (*tls.Config, error) {
+	if o.caCert == "" && o.cert == "" && o.key == "" && !o.insecure {
+		return nil, nil
+	}
+	cfg := &tls.Config{InsecureSkipVerify: o.insecure}
+	if o.caCert != "" {
+		pem, err := os.ReadFile(o.caCert)
+		if err != nil {
+			return nil, fmt.Errorf("-cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-cacert %s holds no PEM certificate", o.caCert)
+		}
+	}
+	if (o.cert == "") != (o.key == "") {
+		return nil, errors.New("-cert and -key go together")
+	}
+	if o.cert != "" {
+		pair, err := tls.LoadX509KeyPair(o.cert, o.key)
+		if err != nil {
+			return nil, fmt.Errorf("-cert, -key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // config builds the library configuration shared by both commands (with -protocol v2 it asks
@@ -214,6 +254,10 @@ func (o *options) config(ctx context.Context, url string) (loadtest.Config, erro
 		URL: url, Method: o.method, Headers: o.headers, Rate: o.rate,
 		Arrival: loadtest.Arrival(o.arrival), Seed: o.seed, Requests: o.n, Duration: o.duration,
 		KeepAlive: o.keepalive, Timeout: o.timeout, ExpectContinue: o.expect,
+	}
+	var err error
+	if cfg.TLS, err = o.tlsConfig(); err != nil {
+		return cfg, err
 	}
 	if o.warmup != "" {
 		if n, err := strconv.Atoi(o.warmup); err == nil {

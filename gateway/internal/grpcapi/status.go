@@ -38,6 +38,32 @@ func Code(httpStatus int) codes.Code {
 	return codes.Internal
 }
 
+// HTTPStatus is the pipeline's status (HTTP's vocabulary) of a gRPC code: Code's inverse, for
+// counting a call's outcome as HTTP's are.
+func HTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.ResourceExhausted:
+		return http.StatusRequestEntityTooLarge
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.Canceled:
+		return statusClientClosed
+	}
+	return http.StatusInternalServerError
+}
+
 // Error is a status error with httpStatus's code (Code) and msg.
 func Error(httpStatus int, msg string) error {
 	return status.Error(Code(httpStatus), msg)

@@ -2,7 +2,9 @@ package netx
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"syscall"
@@ -17,8 +19,13 @@ import (
 // the first line feed of a request are scanned. The fields below discard belong to the
 // Tracker (under its mu).
 type Conn struct {
-	net.Conn
+	net.Conn // the socket
 	t        *Tracker
+	// tls, on a TLS listener, carries the connection's reads and writes (the handshake is
+	// made on the first read, under the read deadline the server set); sock is its view of
+	// the socket, which checks that the client opens with a TLS handshake.
+	tls      *tls.Conn
+	sock     *tlsSocket
 	lineDone bool    // the current request's first line has ended (serving goroutine only)
 	linger   bool    // close by lingerClose: the request's body was left unread (serving goroutine only)
 	opening  opening // the connection's first request line, checked as it arrives (serving goroutine only)
@@ -46,14 +53,25 @@ func (c *Conn) LineDone() bool { return c.lineDone }
 func (c *Conn) LingerOnClose() { c.linger = true }
 
 func (c *Conn) Read(b []byte) (int, error) {
-	if c.opening.done && inBuffer(b, c.discard) {
+	var n int
+	var err error
+	switch {
+	case c.tls != nil && !c.sock.plain:
+		n, err = c.tls.Read(b)
+		if c.sock.handshaken == 0 {
+			c.sock.handshakeRead(err)
+		}
+	case c.opening.done && c.tls == nil && inBuffer(b, c.discard):
 		// Bytes that nobody will look at (fasthttp's stream hands a read straight to the
 		// socket when its buffer is empty; it never asks for more than the body has left).
+		// Under TLS they must be decrypted: only a plain socket drops them in the kernel.
 		if n, ok, err := c.discardRead(b); ok {
 			return n, err
 		}
+		n, err = c.Conn.Read(b)
+	default:
+		n, err = c.Conn.Read(b)
 	}
-	n, err := c.Conn.Read(b)
 	if !c.opening.done && n > 0 {
 		if perr := c.opening.check(b[:n]); perr != nil {
 			return 0, perr // fasthttp answers it through the server's error handler, and closes
@@ -136,7 +154,10 @@ var (
 
 func (c *Conn) Write(b []byte) (int, error) {
 	c.lineDone = false
-	return c.Conn.Write(b)
+	if c.tls != nil && !c.sock.plain {
+		return c.tls.Write(b)
+	}
+	return c.Conn.Write(b) // plain, or the answer to plain text on a TLS port
 }
 
 // Close closes the connection; one closed with the client's bytes still coming (a refused
@@ -150,6 +171,9 @@ func (c *Conn) Close() error {
 		c.linger = false
 		go c.lingerClose()
 		return nil
+	}
+	if c.tls != nil && !c.sock.plain {
+		return c.tls.Close() // close_notify first, once the handshake is done
 	}
 	return c.Conn.Close()
 }
@@ -169,6 +193,9 @@ const (
 func (c *Conn) lingerClose() {
 	defer c.t.lingerDone()
 	defer c.Conn.Close()
+	if c.tls != nil && !c.sock.plain && c.sock.handshaken == 1 {
+		c.tls.CloseWrite() // close_notify: the client reads a clean end of the answer
+	}
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite() // the client reads the answer, then end of stream
 	}
@@ -219,3 +246,96 @@ func (c *Conn) SyscallConn() (syscall.RawConn, error) {
 }
 
 var errNotSocket = errors.New("netx: not a socket")
+
+// TLS configures a listener's TLS (Tracker.ListenTLS, ListenTLS).
+type TLS struct {
+	// Config serves the handshakes (a GetConfigForClient over files that may be replaced).
+	Config *tls.Config
+	// Failed, optional, is called for each handshake that fails: a client that is refused
+	// (no certificate, an old TLS version), that sends something else, or stalls past the
+	// read deadline. A client that closes before sending a byte is not counted (a TCP
+	// health check, a port scan).
+	Failed func()
+}
+
+// Errors of a TLS listener's opening bytes: the client did not start with a TLS handshake.
+var (
+	ErrHTTPOnTLSPort = errors.New("netx: plain HTTP on a TLS port")
+	ErrNotTLS        = errors.New("netx: not a TLS handshake")
+)
+
+// tlsSocket is the socket as a TLS connection reads it: it checks the first byte (a TLS
+// record carrying a handshake, 0x16) so that a plain-text client is told at once, in plain
+// text, instead of getting a TLS alert it cannot read (the server's error handler answers
+// ErrHTTPOnTLSPort; Conn.Write then writes to the socket directly), and notes whether the
+// handshake failed. Serving goroutine only.
+type tlsSocket struct {
+	net.Conn
+	cfg        *TLS
+	tc         *tls.Conn
+	started    bool // a byte has arrived
+	plain      bool // the client does not speak TLS: reads and writes skip the TLS layer
+	handshaken int8 // 0: under way, 1: done, -1: failed
+}
+
+func (s *tlsSocket) Read(b []byte) (int, error) {
+	n, err := s.Conn.Read(b)
+	if !s.started && n > 0 {
+		s.started = true
+		if b[0] != 0x16 {
+			s.plain = true
+			if isTokenByte(b[0]) {
+				return 0, ErrHTTPOnTLSPort
+			}
+			return 0, ErrNotTLS
+		}
+	}
+	return n, err
+}
+
+// handshakeRead notes the outcome of the connection's first read through TLS.
+func (s *tlsSocket) handshakeRead(err error) {
+	if s.tc.ConnectionState().HandshakeComplete {
+		s.handshaken = 1
+		return
+	}
+	if err == nil {
+		return
+	}
+	s.handshaken = -1
+	if s.cfg.Failed != nil && (s.started || !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed)) {
+		s.cfg.Failed()
+	}
+}
+
+// newConn wraps a connection accepted by a listener with tracker t (nil: none) and TLS cfg
+// (nil: plain text).
+func newConn(nc net.Conn, t *Tracker, cfg *TLS) *Conn {
+	c := &Conn{Conn: nc, t: t}
+	if cfg != nil {
+		c.sock = &tlsSocket{Conn: nc, cfg: cfg}
+		c.tls = tls.Server(c.sock, cfg.Config)
+		c.sock.tc = c.tls
+	}
+	return c
+}
+
+// Plain reports whether a TLS listener's client sent plain text instead of a handshake.
+func (c *Conn) Plain() bool { return c.sock != nil && c.sock.plain }
+
+// ListenTLS wraps ln (a listener without a Tracker: the admin API's) so that its connections
+// speak TLS as cfg says; they are *Conn.
+func ListenTLS(ln net.Listener, cfg TLS) net.Listener { return &tlsListener{Listener: ln, cfg: &cfg} }
+
+type tlsListener struct {
+	net.Listener
+	cfg *TLS
+}
+
+func (l *tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newConn(c, nil, l.cfg), nil
+}

@@ -9,6 +9,11 @@
 //   - Conn is one connection: it checks the opening bytes (a TLS handshake or a bare-LF
 //     request line get an answer at once), notes whether a request line has ended, and drops
 //     the bytes read into its discard buffer in the kernel (recv with MSG_TRUNC).
+//   - TLS (Tracker.ListenTLS, and ListenTLS for a listener without a tracker): a Conn reads
+//     and writes through crypto/tls, the handshake made on the first read under the server's
+//     read deadline; everything above holds for it but the kernel discards (its bytes must be
+//     decrypted). A client that opens with plain text gets ErrHTTPOnTLSPort or ErrNotTLS at
+//     once, and its answer goes out in plain text.
 //   - Tracker.Drain reads and drops what is left of a request body that was not used.
 //   - Watcher notices clients that close their connection while their request waits (a
 //     private epoll set, EPOLLRDHUP).

@@ -249,6 +249,7 @@ func Refusal(jsonBody, retryAfter string) []byte {
 type listener struct {
 	net.Listener
 	t         *Tracker // nil: a Handoff listener's
+	tls       *TLS     // nil: plain text
 	mu        sync.Mutex
 	closing   bool // stop has begun
 	stopped   bool // the socket no longer listens: pending holds what was left
@@ -267,6 +268,18 @@ type listener struct {
 // Listen wraps ln: its connections are admitted by t and are *Conn.
 func (t *Tracker) Listen(ln net.Listener) net.Listener {
 	return newListener(ln, t)
+}
+
+// ListenTLS wraps ln as Listen does, its connections speaking TLS as cfg says. What holds
+// for plain text holds for them: the connection limit (a connection whose handshake has not
+// finished is a new connection that has sent nothing, closed first at the limit once it has
+// been so for a second), the backlog served on close, lingering closes; over every bound a
+// connection is closed without an answer (a plain-text 503 would be garbage to a TLS client,
+// and a handshake to send it costs what the bound is there to save).
+func (t *Tracker) ListenTLS(ln net.Listener, cfg TLS) net.Listener {
+	l := newListener(ln, t)
+	l.tls = &cfg
+	return l
 }
 
 func newListener(ln net.Listener, t *Tracker) *listener {
@@ -455,12 +468,16 @@ func (l *listener) isClosing() bool {
 
 // wrap admits a connection; nil if it was refused.
 func (l *listener) wrap(nc net.Conn) net.Conn {
-	c := &Conn{Conn: nc, t: l.t}
+	c := newConn(nc, l.t, l.tls)
 	if !l.t.admit(c) {
 		if f := l.t.cfg.Refused; f != nil {
 			f()
 		}
-		go l.t.refuse(nc)
+		if l.tls != nil {
+			nc.Close()
+		} else {
+			go l.t.refuse(nc)
+		}
 		return nil
 	}
 	return c
