@@ -181,11 +181,11 @@ export function vectorSummary(v) {
   return { dim: n, norm: Math.sqrt(sq), min, max, mean, std: n ? Math.sqrt(Math.max(0, sq / n - mean * mean)) : NaN, zeros };
 }
 
-// taskOf reads a model's task from its configuration's or metadata's parameters ("task":
-// "detect (model)" and the like); classification when neither says.
+// taskOf reads a model's task from its configuration's parameters or its metadata's properties
+// ("task": "detect (model)" and the like); classification when neither says.
 export function taskOf(config, metadata) {
   const raw = paramString(config && config.parameters && config.parameters.task) ||
-    paramString(metadata && metadata.parameters && metadata.parameters.task) || "";
+    paramString(metadata && metadata.properties && metadata.properties.task) || "";
   const t = raw.trim().split(/[\s(]/)[0].toLowerCase();
   if (t.startsWith("detect")) return "detect";
   if (t.startsWith("embed")) return "embed";
