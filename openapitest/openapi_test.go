@@ -365,6 +365,10 @@ func testRequests(photo []byte) []call {
 		{op: "POST /v2/repository/models/{model}/load", method: "POST", path: "/v2/repository/models/weather/load", admin: true, ctype: "application/json", body: []byte(`{"parameters":{"config":"{}"}}`), status: 400},
 		{op: "POST /v2/repository/reload", method: "POST", path: "/v2/repository/reload", admin: true, status: 200},
 		{op: "GET /debug/pprof/", method: "GET", path: "/debug/pprof/", admin: true, status: 200},
+		{op: "GET /ui/", method: "GET", path: "/ui/", admin: true, status: 200},
+		{op: "GET /ui/{asset}", method: "GET", path: "/ui/console.js", admin: true, status: 200},
+		{op: "GET /ui/{asset}", method: "GET", path: "/ui/nope.js", admin: true, status: 404},
+		{op: "GET /ui/api/snapshot", method: "GET", path: "/ui/api/snapshot", admin: true, status: 200},
 		{op: "GET /debug/pprof/{profile}", method: "GET", path: "/debug/pprof/goroutine?debug=1", admin: true, status: 200},
 		{op: "GET /debug/pprof/{profile}", method: "GET", path: "/debug/pprof/heap", admin: true, status: 200},
 	}
