@@ -97,9 +97,13 @@ export class TryIt {
     if (!this.desc.has(key)) {
       const base = "/v2/models/" + encodeURIComponent(name) + "/versions/" + encodeURIComponent(version);
       this.desc.set(key, Promise.all([this.api.json(base), this.api.json(base + "/config")]).then(([meta, config]) => {
-        const out = (meta.outputs && meta.outputs[0]) || {};
+        const task = taskOf(config, meta);
+        // An embedding model's vector is its embed.output (the pooled features beside the
+        // logits, say), which need not be its first output.
+        const vec = task === "embed" ? configWord(config, "embed.output") : "";
+        const out = (meta.outputs || []).find(o => o.name === vec) || (meta.outputs && meta.outputs[0]) || {};
         const d = {
-          name, version, task: taskOf(config, meta),
+          name, version, task,
           input: meta.inputs && meta.inputs[0] && meta.inputs[0].name,
           output: out.name, classes: out.shape ? out.shape[out.shape.length - 1] : 0,
         };
@@ -163,9 +167,11 @@ export class TryIt {
         res = await fetch(endpoint, { method: "POST", headers: { "Content-Type": s.file.type || "application/octet-stream" }, body: s.file });
       } else {
         endpoint = "/v2/models/" + encodeURIComponent(d.name) + "/versions/" + encodeURIComponent(d.version) + "/infer";
-        const output = { name: d.output };
-        if (d.task === "classify") output.parameters = { classification: d.classes };
-        const req = { inputs: [{ name: d.input, shape: [1], datatype: "BYTES", data: [await base64(s.file)] }], outputs: [output] };
+        const req = { inputs: [{ name: d.input, shape: [1], datatype: "BYTES", data: [await base64(s.file)] }] };
+        // A detector's raw outputs are its anchors: ask for its detections (the outputs the
+        // metadata's "detections" property names) instead.
+        if (d.task === "detect") req.parameters = { detections: true };
+        else req.outputs = [d.task === "classify" ? { name: d.output, parameters: { classification: d.classes } } : { name: d.output }];
         res = await fetch(endpoint, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(req) });
       }
       const text = await res.text();
@@ -295,7 +301,19 @@ function renderClasses(a) {
 // classification strings (every class) into the top classes' softmax probabilities, a vector
 // into an embedding.
 function fromV2(body, d) {
-  const out = body.outputs && body.outputs[0];
+  const outs = body.outputs || [];
+  const named = n => outs.find(o => o.name === n);
+  if (d.task === "detect" && named("detection_boxes")) {
+    // One image: detection_boxes [1, n, 4] in its pixels, detection_scores and
+    // detection_labels [1, n]; num_detections [1] says how many of the n are real.
+    const boxes = named("detection_boxes").data || [], scores = (named("detection_scores") || {}).data || [];
+    const labels = (named("detection_labels") || {}).data || [], num = named("num_detections");
+    const n = num && num.data && num.data.length ? Number(num.data[0]) : scores.length;
+    const dets = [];
+    for (let i = 0; i < n; i++) dets.push({ label: labels[i] ?? "", score: scores[i], box: boxes.slice(4 * i, 4 * i + 4) });
+    return { detections: dets };
+  }
+  const out = named(d.output) || outs[0];
   if (!out) return body;
   if (d.task === "classify" && out.datatype === "BYTES") {
     const cls = parseClassification(out.data);
@@ -305,6 +323,14 @@ function fromV2(body, d) {
   }
   if (d.task === "embed" && out.datatype === "FP32") return { embedding: out.data };
   return body;
+}
+
+// configWord is the first word of a configuration parameter's string_value ("features
+// (model)" -> "features").
+function configWord(config, key) {
+  const p = config && config.parameters && config.parameters[key];
+  const v = p && typeof p.string_value === "string" ? p.string_value : "";
+  return v.trim().split(/\s/)[0] || "";
 }
 
 function strip(v) {

@@ -7,7 +7,6 @@ package browsertest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"image"
@@ -19,13 +18,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -171,9 +170,8 @@ func requestCount(t *testing.T, ctx context.Context) float64 {
 
 // TestConsole opens the console on the admin listener of a real gateway: it classifies a
 // photo (espresso), follows the live count while requests arrive, reads in both color
-// schemes, reflows at 200 % zoom, works from the keyboard, renders detections and embeddings
-// from canned answers (the server's tasks other than classification), and the page asks no
-// other host for anything.
+// schemes, reflows at 200 % zoom, works from the keyboard, and the page asks no other host for
+// anything. TestConsoleTasks tries the other tasks.
 func TestConsole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the browser in -short mode")
@@ -372,9 +370,6 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
-	t.Run("detection", func(t *testing.T) { cannedDetection(t, ctx, g, coffee) })
-	t.Run("embedding", func(t *testing.T) { cannedEmbedding(t, ctx, g, coffee) })
-
 	rec.check(t, g.admin)
 }
 
@@ -434,63 +429,28 @@ func luminances(t *testing.T, s string) (float64, float64) {
 	return l(c[0], c[1], c[2]), l(c[3], c[4], c[5])
 }
 
-// intercept answers a tab's requests whose URL ends with one of answers' keys with the
-// canned value (JSON) in place of the gateway: the page renders the server's other tasks
-// before the server can produce them. Each answer is a func, called per request.
-func intercept(t *testing.T, ctx context.Context, answers map[string]func() any) {
-	t.Helper()
-	// Listen's func runs in the tab's read loop: it hands the event to a goroutine that
-	// answers it.
-	paused := make(chan *fetch.EventRequestPaused, 16)
-	if err := chromedp.Listen(ctx, func(ev any) {
-		if e, ok := ev.(*fetch.EventRequestPaused); ok {
-			paused <- e
+// TestConsoleTasks tries the tasks other than classification on a real gateway serving the
+// face detector and MobileNetV2's pooled features, versions 1 and 2 each: the page sends real
+// photos (to the newest version through the article's API, to the other through the Open
+// Inference Protocol) and what it shows (the boxes drawn and listed with their labels and
+// scores; the vectors' dimensions, norms, ranges, first values and cosine similarity) is
+// checked against the gateway's own /predict answers for the same photos, fetched here.
+func TestConsoleTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the browser in -short mode")
+	}
+	g, embedding := startTaskGateway(t)
+	ctx := browser(t)
+	timeout, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	ctx = timeout
+	t.Run("detection", func(t *testing.T) { tryDetection(t, ctx, g) })
+	t.Run("embedding", func(t *testing.T) {
+		if !embedding {
+			t.Skip("skipping: no embedding model (cutting MobileNetV2 needs Debian's python3 with onnx)")
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var patterns []*fetch.RequestPattern
-	for suffix := range answers {
-		patterns = append(patterns, &fetch.RequestPattern{URLPattern: "*" + suffix + "*"})
-	}
-	go func() {
-		for {
-			var ev *fetch.EventRequestPaused
-			select {
-			case ev = <-paused:
-			case <-ctx.Done():
-				return
-			}
-			u, _ := url.Parse(ev.Request.URL)
-			var body []byte
-			for suffix, f := range answers {
-				if strings.HasSuffix(u.Path, suffix) {
-					body, _ = json.Marshal(f())
-				}
-			}
-			_, err := chromedp.Call(ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{
-				RequestID: ev.RequestID, ResponseCode: 200, Body: body,
-				ResponseHeaders: []*fetch.HeaderEntry{
-					{Name: "Content-Type", Value: "application/json"},
-					{Name: "X-Request-ID", Value: "canned-" + string(ev.RequestID)},
-					{Name: "Server-Timing", Value: "read;dur=0.5, decode;dur=4.25, queue;dur=1, run;dur=3, total;dur=10"},
-				}})
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("cannot answer %s: %v", ev.Request.URL, err)
-			}
-		}
-	}()
-	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// taskConfig is a model configuration that says its task, as the gateway's will.
-func taskConfig(task string) func() any {
-	return func() any {
-		return map[string]any{"name": "mobilenetv2-12-int8", "max_batch_size": 8,
-			"parameters": map[string]any{"task": map[string]string{"string_value": task + " (model)"}}}
-	}
+		tryEmbedding(t, ctx, g)
+	})
 }
 
 func newTab(t *testing.T, parent context.Context) context.Context {
@@ -503,86 +463,224 @@ func newTab(t *testing.T, parent context.Context) context.Context {
 	return tab
 }
 
-func cannedDetection(t *testing.T, parent context.Context, g *gateway, photo string) {
+// detection is one entry of /predict's detections.
+type detection struct {
+	Label string     `json:"label"`
+	Score float64    `json:"score"`
+	Box   [4]float64 `json:"box"`
+}
+
+// openTask opens the console in a new tab and picks model and version as a user does.
+func openTask(t *testing.T, parent context.Context, g *gateway, model, task string) (context.Context, *recorder) {
+	t.Helper()
 	tab := newTab(t, parent)
 	rec := record(t, tab)
-	dets := []map[string]any{
-		{"label": "cup", "score": 0.97, "box": []float64{52.5, 140, 300, 355.25}},
-		{"label": "spoon", "score": 0.61, "box": []float64{10, 20, 60, 90}},
-	}
-	intercept(t, tab, map[string]func() any{
-		"/config":  taskConfig("detect"),
-		"/predict": func() any { return map[string]any{"detections": dets} },
-	})
 	if err := chromedp.Do(tab, chromedp.Navigate(g.admin+"/ui/")); err != nil {
 		t.Fatal(err)
 	}
-	poll[bool](t, tab, "the detection task", `document.getElementById('task').textContent === 'detection'`, 20*time.Second)
-	if err := chromedp.Do(tab, chromedp.SetUploadFiles(chromedp.ID("file0"), []string{photo})); err != nil {
+	poll[bool](t, tab, "the model in the picker", fmt.Sprintf(`document.querySelector('#model option[value=%q]') !== null`, model), 20*time.Second)
+	pickVersion(t, tab, model, "2", task)
+	if v := eval[[]string](t, tab, `[...document.querySelectorAll('#version option')].map(o => o.textContent + (o.selected ? ' *' : ''))`); !slices.Equal(v, []string{"2 (newest) *", "1"}) {
+		t.Errorf("the versions offered: %q", v)
+	}
+	return tab, rec
+}
+
+// pickVersion chooses a model and version in the selects (their change events, as a user's
+// choice fires) and waits for the page to name the version's task.
+func pickVersion(t *testing.T, tab context.Context, model, version, task string) {
+	t.Helper()
+	eval[any](t, tab, fmt.Sprintf(`(() => {
+		for (const [id, v] of [['model', %q], ['version', %q]]) {
+			const s = document.getElementById(id);
+			if (s.value !== v) { s.value = v; s.dispatchEvent(new Event('change')); }
+		}
+		return null })()`, model, version))
+	poll[bool](t, tab, "the task "+task, fmt.Sprintf(`document.getElementById('version').value === %q && document.getElementById('task').textContent === %q`, version, task), 20*time.Second)
+}
+
+// upload chooses a photo in file input i and waits for the answer from endpoint: the page's
+// status and its request ID.
+func upload(t *testing.T, tab context.Context, i int, photo, endpoint, ready string) {
+	t.Helper()
+	if err := chromedp.Do(tab, chromedp.SetUploadFiles(chromedp.ID(fmt.Sprintf("file%d", i)), []string{photo})); err != nil {
 		t.Fatal(err)
 	}
-	poll[bool](t, tab, "the boxes", `document.querySelectorAll('#drop0 svg.boxes g.det').length === 2`, 20*time.Second)
-	w, h := imageSize(t, photo)
-	if vb := eval[string](t, tab, `document.querySelector('#drop0 svg.boxes').getAttribute('viewBox')`); vb != fmt.Sprintf("0 0 %d %d", w, h) {
-		t.Errorf("the boxes' viewBox is %q: want the photo's own pixels, 0 0 %d %d", vb, w, h)
+	waitAnswer(t, tab, endpoint, ready)
+}
+
+// waitAnswer waits until the page shows an answer from endpoint and ready holds.
+func waitAnswer(t *testing.T, tab context.Context, endpoint, ready string) {
+	t.Helper()
+	poll[bool](t, tab, "the answer of "+endpoint, fmt.Sprintf(`(e => e !== null && e.textContent === %q)(document.querySelector('#result .said code')) && %s`, "POST "+endpoint, ready), 30*time.Second)
+	if st := eval[string](t, tab, `document.querySelector('#result .said .status').textContent`); st != "200" {
+		t.Fatalf("%s answered %s: %s", endpoint, st, eval[string](t, tab, `document.getElementById('result').textContent`))
 	}
-	rect := eval[[]string](t, tab, `['x', 'y', 'width', 'height'].map(a => document.querySelector('#drop0 svg.boxes g.det rect').getAttribute(a))`)
-	if strings.Join(rect, " ") != "52.5 140 247.5 215.25" {
-		t.Errorf("the first box is drawn at %v, want x 52.5 y 140 width 247.5 height 215.25", rect)
+	if id := eval[string](t, tab, `document.getElementById('request-id').textContent`); id == "" || id == "(none)" {
+		t.Errorf("%s: request ID %q", endpoint, id)
 	}
-	labels := eval[[]string](t, tab, `[...document.querySelectorAll('#drop0 svg.boxes text')].map(e => e.textContent)`)
-	if len(labels) != 2 || labels[0] != "cup 97%" || labels[1] != "spoon 61%" {
-		t.Errorf("box labels %q", labels)
-	}
-	list := eval[string](t, tab, `document.querySelector('.dets').textContent`)
-	if !strings.Contains(list, "cup") || !strings.Contains(list, "97.0 %") || !strings.Contains(list, "[53, 140, 300, 355]") {
-		t.Errorf("the detections' list reads %q", list)
-	}
-	if id := eval[string](t, tab, `document.getElementById('request-id').textContent`); !strings.HasPrefix(id, "canned-") {
-		t.Errorf("request ID %q, want the canned answer's", id)
+}
+
+func tryDetection(t *testing.T, parent context.Context, g *gateway) {
+	tab, rec := openTask(t, parent, g, "faces", "detection")
+	// Two faces (the newest version, the article's API), then one (version 1, the Open
+	// Inference Protocol's detections).
+	for _, c := range []struct {
+		photo, version, endpoint string
+		faces                    int
+	}{
+		{"images/go_video-001.png", "2", "/models/faces/predict", 2},
+		{"images/skimage_astronaut.png", "1", "/v2/models/faces/versions/1/infer", 1},
+	} {
+		photo := shared(t, c.photo)
+		img, err := os.ReadFile(photo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want struct{ Detections []detection }
+		g.predictJSON(t, "faces", img, &want)
+		if len(want.Detections) != c.faces {
+			t.Fatalf("%s: the gateway finds %d faces, want %d: %+v", c.photo, len(want.Detections), c.faces, want.Detections)
+		}
+		pickVersion(t, tab, "faces", c.version, "detection")
+		upload(t, tab, 0, photo, c.endpoint, fmt.Sprintf(`document.querySelectorAll('#drop0 svg.boxes g.det').length === %d && document.querySelectorAll('.dets li').length === %[1]d`, c.faces))
+		checkDetections(t, tab, photo, want.Detections)
 	}
 	rec.check(t, g.admin)
 }
 
-func cannedEmbedding(t *testing.T, parent context.Context, g *gateway, photo string) {
-	tab := newTab(t, parent)
-	rec := record(t, tab)
-	a := []float64{0.5, -1.25, 3, 0, 2.5, 0.125, -0.75, 1}
-	b := []float64{0.25, -1, 2.5, 0.5, 2, -0.5, -0.5, 1.5}
-	var mu sync.Mutex
-	calls := 0
-	intercept(t, tab, map[string]func() any{
-		"/config": taskConfig("embed"),
-		"/predict": func() any {
-			mu.Lock()
-			defer mu.Unlock()
-			calls++
-			if calls == 1 {
-				return map[string]any{"embedding": a}
+// checkDetections compares the boxes the page draws and lists with the gateway's.
+func checkDetections(t *testing.T, tab context.Context, photo string, want []detection) {
+	t.Helper()
+	name := filepath.Base(photo)
+	w, h := imageSize(t, photo)
+	if vb := eval[string](t, tab, `document.querySelector('#drop0 svg.boxes').getAttribute('viewBox')`); vb != fmt.Sprintf("0 0 %d %d", w, h) {
+		t.Errorf("%s: the boxes' viewBox is %q: want the photo's own pixels, 0 0 %d %d", name, vb, w, h)
+	}
+	drawn := eval[[]struct {
+		Rect  []float64 `json:"rect"`
+		Label string    `json:"label"`
+	}](t, tab, `[...document.querySelectorAll('#drop0 svg.boxes g.det')].map(g => ({
+		rect: ['x', 'y', 'width', 'height'].map(a => Number(g.querySelector('rect:not(.tag)').getAttribute(a))),
+		label: g.querySelector('text').textContent}))`)
+	listed := eval[[][]string](t, tab, `[...document.querySelectorAll('.dets li')].map(li => ['.label', '.num', '.box'].map(s => li.querySelector(s).textContent))`)
+	if len(drawn) != len(want) || len(listed) != len(want) {
+		t.Fatalf("%s: %d boxes drawn, %d listed; the gateway found %d", name, len(drawn), len(listed), len(want))
+	}
+	for i, d := range want {
+		rect := []float64{d.Box[0], d.Box[1], d.Box[2] - d.Box[0], d.Box[3] - d.Box[1]}
+		for k := range rect {
+			if math.Abs(drawn[i].Rect[k]-rect[k]) > 1e-3 {
+				t.Errorf("%s: box %d drawn at x, y, width, height %v; the gateway's box %v", name, i, drawn[i].Rect, d.Box)
+				break
 			}
-			return map[string]any{"embedding": b}
-		},
-	})
-	if err := chromedp.Do(tab, chromedp.Navigate(g.admin+"/ui/")); err != nil {
-		t.Fatal(err)
+		}
+		if l := fmt.Sprintf("%s %d%%", d.Label, int(math.Round(d.Score*100))); drawn[i].Label != l {
+			t.Errorf("%s: box %d labelled %q, want %q", name, i, drawn[i].Label, l)
+		}
+		if listed[i][0] != d.Label || !near(strings.TrimSuffix(listed[i][1], " %"), d.Score*100) {
+			t.Errorf("%s: detection %d listed as %q; the gateway's: %s %v", name, i, listed[i], d.Label, d.Score)
+		}
+		box := strings.Split(strings.Trim(listed[i][2], "[]"), ", ")
+		for k := range box {
+			if len(box) != 4 || !near(box[k], d.Box[k]) {
+				t.Errorf("%s: detection %d's box listed as %s; the gateway's %v", name, i, listed[i][2], d.Box)
+				break
+			}
+		}
 	}
-	poll[bool](t, tab, "the embedding task", `document.getElementById('task').textContent === 'embedding' && !document.getElementById('drop1').hidden`, 20*time.Second)
-	if err := chromedp.Do(tab, chromedp.SetUploadFiles(chromedp.ID("file0"), []string{photo})); err != nil {
-		t.Fatal(err)
+}
+
+// near says whether a number the page shows, rounded to the digits it shows ("0.0126",
+// "25.3", "1,280"), is v.
+func near(shown string, v float64) bool {
+	s := strings.ReplaceAll(strings.TrimSpace(shown), ",", "")
+	x, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return false
 	}
-	poll[bool](t, tab, "the first vector", `(e => e && e.textContent === '8')(document.querySelector('.emb .dim'))`, 20*time.Second)
-	if err := chromedp.Do(tab, chromedp.SetUploadFiles(chromedp.ID("file1"), []string{photo})); err != nil {
-		t.Fatal(err)
+	if strings.ContainsAny(s, "eE") { // toPrecision(2) of a tiny value
+		return math.Abs(x-v) <= 0.051*math.Abs(v)
 	}
-	got := poll[string](t, tab, "the cosine similarity", `(e => e && e.textContent)(document.getElementById('cosine'))`, 20*time.Second)
-	var dot, na, nb float64
-	for i := range a {
-		dot, na, nb = dot+a[i]*b[i], na+a[i]*a[i], nb+b[i]*b[i]
+	decimals := 0
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		decimals = len(s) - i - 1
 	}
-	if want := fmt.Sprintf("%.4f", dot/math.Sqrt(na*nb)); got != want {
-		t.Errorf("cosine similarity %s, want %s", got, want)
+	// Half a unit of the last digit shown, and a little for float32 values read as doubles.
+	return math.Abs(x-v) <= 0.5*math.Pow10(-decimals)+1e-6*math.Max(1, math.Abs(v))
+}
+
+func tryEmbedding(t *testing.T, parent context.Context, g *gateway) {
+	tab, rec := openTask(t, parent, g, "features", "embedding")
+	if eval[bool](t, tab, `document.getElementById('drop1').hidden`) {
+		t.Fatal("no second photo to compare for an embedding model")
 	}
+	var vecs [2][]float64
+	photos := [2]string{shared(t, "images/skimage_astronaut.png"), shared(t, "images/opencv_messi5.jpg")}
+	for i, p := range photos {
+		img, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ Embedding []float64 }
+		g.predictJSON(t, "features", img, &v)
+		if len(v.Embedding) != 1280 {
+			t.Fatalf("%s: a vector of %d", p, len(v.Embedding))
+		}
+		vecs[i] = v.Embedding
+	}
+	dims := `[...document.querySelectorAll('.emb .dim')].map(e => e.textContent).join(' ')`
+	upload(t, tab, 0, photos[0], "/models/features/predict", dims+` === '1280'`)
+	checkEmbedding(t, tab, 0, vecs[0])
+	upload(t, tab, 1, photos[1], "/models/features/predict", dims+` === '1280 1280' && document.getElementById('cosine') !== null`)
+	checkEmbedding(t, tab, 1, vecs[1])
+	checkCosine(t, tab, vecs)
+
+	// Photo A again, to version 1: the Open Inference Protocol's vector is the same.
+	pickVersion(t, tab, "features", "1", "embedding")
+	eval[any](t, tab, `document.querySelector('#drop0 button.again').click(), null`)
+	waitAnswer(t, tab, "/v2/models/features/versions/1/infer", dims+` === '1280 1280' && document.getElementById('cosine') !== null`)
+	checkEmbedding(t, tab, 0, vecs[0])
+	checkCosine(t, tab, vecs)
 	rec.check(t, g.admin)
+}
+
+// checkEmbedding compares photo i's summary on the page (dimensions, L2 norm, min / mean /
+// max, first values) with the gateway's vector.
+func checkEmbedding(t *testing.T, tab context.Context, i int, v []float64) {
+	t.Helper()
+	shown := eval[map[string]string](t, tab, fmt.Sprintf(`Object.fromEntries([...document.querySelectorAll('.emb')[%d].querySelectorAll('dt')].map(dt => [dt.textContent, dt.nextElementSibling.textContent]))`, i))
+	var norm, sum float64
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range v {
+		norm, sum, lo, hi = norm+x*x, sum+x, min(lo, x), max(hi, x)
+	}
+	norm = math.Sqrt(norm)
+	ok := shown["dimensions"] == strconv.Itoa(len(v)) && near(shown["L2 norm"], norm)
+	mmm := strings.Split(shown["min / mean / max"], " / ")
+	ok = ok && len(mmm) == 3 && near(mmm[0], lo) && near(mmm[1], sum/float64(len(v))) && near(mmm[2], hi)
+	first := strings.Split(strings.TrimSuffix(shown["first values"], ", …"), ", ")
+	ok = ok && len(first) == 6
+	for k := range first {
+		ok = ok && near(first[k], v[k])
+	}
+	if !ok {
+		t.Errorf("photo %d: the page shows %q; the gateway's vector: %d values, norm %v, min %v, mean %v, max %v, first %v",
+			i, shown, len(v), norm, lo, sum/float64(len(v)), hi, v[:6])
+	}
+}
+
+func checkCosine(t *testing.T, tab context.Context, v [2][]float64) {
+	t.Helper()
+	var dot, na, nb float64
+	for i := range v[0] {
+		dot, na, nb = dot+v[0][i]*v[1][i], na+v[0][i]*v[0][i], nb+v[1][i]*v[1][i]
+	}
+	want := dot / math.Sqrt(na*nb)
+	got := eval[string](t, tab, `document.getElementById('cosine').textContent`)
+	if !near(got, want) || len(got) != len("0.0000") {
+		t.Errorf("cosine similarity %s, want %.4f (%v)", got, want, want)
+	}
 }
 
 func imageSize(t *testing.T, path string) (int, int) {
@@ -649,4 +747,21 @@ func TestConsoleRepository(t *testing.T) {
 	eval[any](t, ctx, `document.querySelector('#models .actions button:not(.danger)').click(), null`)
 	poll[bool](t, ctx, "the model loaded", `document.getElementById('action-status').textContent === 'mobilenetv2-12-int8: loaded' && document.querySelectorAll('.card').length === 2 && !document.getElementById('model').disabled`, 60*time.Second)
 	rec.check(t, g.public)
+}
+
+// TestNear: a number shown rounded matches the value it rounds, and no other.
+func TestNear(t *testing.T) {
+	for _, c := range []struct {
+		shown string
+		v     float64
+		want  bool
+	}{
+		{"25.3", 25.34, true}, {"25.3", 25.36, false}, {"0.0126", 0.01264, true}, {"0.0126", 0.0127, false},
+		{"1,280", 1280, true}, {"100", 99.9997, true}, {"99.9", 99.96, false}, {"2.4e-5", 2.41e-5, true},
+		{"2.4e-5", 3e-5, false}, {"-0.750", -0.7504, true}, {"[53", 53, false}, {"", 0, false},
+	} {
+		if got := near(c.shown, c.v); got != c.want {
+			t.Errorf("near(%q, %v) = %v", c.shown, c.v, got)
+		}
+	}
 }

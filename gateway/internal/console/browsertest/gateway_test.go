@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -51,17 +52,7 @@ func startGateway(t *testing.T, server string) *gateway {
 	// Two versions of the model (Triton's layout, each a link to the same file): the page
 	// tries the newest through the article's API and the other through the Open Inference
 	// Protocol.
-	tmp := t.TempDir()
-	repo := filepath.Join(tmp, "repo")
-	for _, v := range []string{"1", "2"} {
-		if err := os.MkdirAll(filepath.Join(repo, v), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(filepath.Join(dir, "mobilenetv2-12-int8.onnx"), filepath.Join(repo, v, "model.onnx")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := filepath.Join(tmp, "gateway.yaml")
+	repo := versions(t, filepath.Join(t.TempDir(), "repo"), filepath.Join(dir, "mobilenetv2-12-int8.onnx"))
 	yaml := fmt.Sprintf(`%smodels:
   - name: mobilenetv2-12-int8
     path: %s
@@ -69,11 +60,100 @@ func startGateway(t *testing.T, server string) *gateway {
     labels: %s
     batching: {max_batch_size: 8, max_queue_delay: 3ms}
 `, server, repo, filepath.Join(dir, "imagenet-simple-labels.json"))
+	return launch(t, bin, yaml, "mobilenetv2-12-int8")
+}
+
+// versions lays out a Triton-style repository under dir: versions 1 and 2 of the model
+// file, each a link to it, and returns its path.
+func versions(t *testing.T, dir, model string) string {
+	t.Helper()
+	for _, v := range []string{"1", "2"} {
+		if err := os.MkdirAll(filepath.Join(dir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(model, filepath.Join(dir, v, "model.onnx")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// startTaskGateway runs $GATEWAY_BIN serving the other tasks, each as versions 1 and 2: the
+// face detector of ../shared ("faces", with its authors' preprocessing and selection, as in
+// docs/api.md) and, where Debian's python3 has onnx, MobileNetV2 cut at its pooled features
+// ("features", the embedding model of docs/api.md; embedding is false without it).
+func startTaskGateway(t *testing.T) (g *gateway, embedding bool) {
+	t.Helper()
+	bin := os.Getenv("GATEWAY_BIN")
+	if bin == "" {
+		t.Skip("skipping: GATEWAY_BIN is not set (make console-test sets it to bin/gateway)")
+	}
+	faces := shared(t, "models/ultraface-rfb-320/version-RFB-320.onnx")
+	mobilenet := shared(t, "models/mobilenetv2-12-int8/mobilenetv2-12-int8.onnx")
+	tmp := t.TempDir()
+	labels := filepath.Join(tmp, "face-labels.txt")
+	if err := os.WriteFile(labels, []byte("background\nface\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf(`models:
+  - name: faces
+    path: %s
+    version_policy: {all: true}
+    labels: %s
+    task: detect
+    preprocess: {mode: stretch, mean: [0.498, 0.498, 0.498], std: [0.502, 0.502, 0.502]}
+    detect: {score_threshold: 0.7, iou_threshold: 0.3}
+    runtime: {instances: 1, intra_op_threads: 1, inter_op_threads: 1}
+`, versions(t, filepath.Join(tmp, "faces"), faces), labels)
+	features := filepath.Join(tmp, "features.onnx")
+	if err := cutMobileNet(mobilenet, features); err != nil {
+		t.Logf("no embedding model: %v", err)
+	} else {
+		embedding = true
+		yaml += fmt.Sprintf(`  - name: features
+    path: %s
+    version_policy: {all: true}
+    batching: {max_batch_size: 2}
+    runtime: {instances: 1, intra_op_threads: 1, inter_op_threads: 1}
+`, versions(t, filepath.Join(tmp, "features"), features))
+	}
+	return launch(t, bin, yaml, "faces"), embedding
+}
+
+// cutMobileNet writes the shared MobileNetV2 cut at its pooled features (one output
+// "features", [batch, 1280]) to dst with the repository's own script
+// (internal/pilref/cut_mobilenetv2.py) and Debian's python3 with onnx.
+func cutMobileNet(src, dst string) error {
+	const python = "/usr/bin/python3"
+	script, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "internal", "pilref", "cut_mobilenetv2.py"))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(python); err != nil {
+		return err
+	}
+	in, err := json.Marshal(map[string]string{"src": src, "dst": dst})
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(python, script)
+	cmd.Stdin = bytes.NewReader(in)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", python, script, err, out)
+	}
+	return nil
+}
+
+// launch runs bin with the configuration yaml on ports of its own, and waits until both HTTP
+// listeners serve; model is the one predict and load send to.
+func launch(t *testing.T, bin, yaml, model string) *gateway {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-config", cfg, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-grpc-listen", "off")
-	g := &gateway{model: "mobilenetv2-12-int8", log: &syncBuffer{}}
+	g := &gateway{model: model, log: &syncBuffer{}}
 	stderr, w := io.Pipe()
 	cmd.Stderr = w // copied by exec until the process ends (Wait waits for it)
 	if err := cmd.Start(); err != nil {
@@ -137,6 +217,24 @@ func (g *gateway) predict(ctx context.Context, img []byte) (int, error) {
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode, nil
+}
+
+// predictJSON posts a photo to a model's /predict over the public listener and decodes its
+// answer into v.
+func (g *gateway) predictJSON(t *testing.T, model string, img []byte, v any) {
+	t.Helper()
+	res, err := http.Post(g.public+"/models/"+model+"/predict", "application/octet-stream", bytes.NewReader(img))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("%s: %d %s (%v)", model, res.StatusCode, body, err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("%s: %s: %v", model, body, err)
+	}
 }
 
 // load sends n requests, c at a time, and returns how many were answered 200.
