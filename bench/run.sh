@@ -76,7 +76,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 
 peak_rss() {
   local sid=$1 total=0 p
   for p in $(ps -o pid= -s "$sid" 2>/dev/null); do
-    total=$((total + $(awk '/^VmHWM/ {print $2}' /proc/$p/status 2>/dev/null || echo 0)))
+    total=$((total + $(awk '/^VmHWM/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0)))
   done
   echo $((total / 1024))
 }
@@ -92,12 +92,12 @@ ready_url() {
 # has answered a POST /predict/ too; sets SPID
 start() {
   local name=$1; shift
-  local t0 t1 i url
+  local t0 t1 url
   url=$(ready_url "$name")
   t0=$(date +%s%N)
   setsid "$@" >"$WORK/$name.log" 2>&1 </dev/null &
   SPID=$!
-  for i in $(seq 1 6000); do
+  for _ in $(seq 1 6000); do
     if curl -fsS -o /dev/null "$url" 2>/dev/null; then
       t1=$(date +%s%N)
       echo $(( (t1 - t0) / 1000000 )) > "$WORK/$name.startup"
@@ -125,7 +125,7 @@ URL() { echo "http://127.0.0.1:$PORT/predict/"; }
 server_cpu_ticks() {
   local total=0 p
   for p in $(ps -o pid= -s "$SPID" 2>/dev/null); do
-    total=$((total + $(awk '{print $14 + $15}' /proc/$p/stat 2>/dev/null || echo 0)))
+    total=$((total + $(awk '{print $14 + $15}' /proc/"$p"/stat 2>/dev/null || echo 0)))
   done
   echo "$total"
 }
@@ -217,12 +217,12 @@ startup() {
     for name in "${STARTUPS[@]}"; do
       local before=()
       case $name in
-        gateway_cold) before=(-before "rm -rf '$XDG_CACHE_HOME'"); cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT) ;;
-        gateway_warm) cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT) ;;
-        gateway_nocache) cmd=(bin/gateway -config "$WORK/gateway_nocache.yaml" -listen 127.0.0.1:$PORT) ;;
+        gateway_cold) before=(-before "rm -rf '$XDG_CACHE_HOME'"); cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen "127.0.0.1:$PORT") ;;
+        gateway_warm) cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen "127.0.0.1:$PORT") ;;
+        gateway_nocache) cmd=(bin/gateway -config "$WORK/gateway_nocache.yaml" -listen "127.0.0.1:$PORT") ;;
         torch) cmd=(env -C bench/torch_service STATE_DICT="$ROOT/bench/out/torch_state_dict.pt" /usr/bin/python3 -m uvicorn app:app
-                    --host 127.0.0.1 --port $PORT --workers "$(nproc)" --log-level warning) ;;
-        node) cmd=(env -C bench/node_service PORT=$PORT WORKERS="$(nproc)" node server.js) ;;
+                    --host 127.0.0.1 --port "$PORT" --workers "$(nproc)" --log-level warning) ;;
+        node) cmd=(env -C bench/node_service "PORT=$PORT" WORKERS="$(nproc)" node server.js) ;;
       esac
       out=$(bin/readytime -n 1 -q -timeout 120s "${before[@]}" -url "$(ready_url "$name")" -- "${cmd[@]}") ||
         { log "start-up of $name failed"; return 1; }
@@ -261,7 +261,7 @@ startup_table() {
 # ONLY=startup: that measurement alone, printed (no report written).
 if [ "${ONLY:-}" = startup ]; then
   if [ "$PEERS" = 1 ]; then
-    SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
+    SKIP_SETUP='' bench/peers.sh setup-torch >/dev/null
     bench/peers.sh setup-node >/dev/null
   fi
   startup
@@ -427,7 +427,7 @@ fi
 
 servers=()
 if [ "$PEERS" = 1 ]; then
-  SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
+  SKIP_SETUP='' bench/peers.sh setup-torch >/dev/null
   bench/peers.sh setup-node >/dev/null
 fi
 log "start-up: $STARTS rounds"
