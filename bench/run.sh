@@ -16,9 +16,9 @@
 # BYTES element), each with the server's CPU time per request over its runs.
 # Then the other tasks (issue 39): a detector and an embedding model, each served by the gateway
 # beside the Node.js peer doing the same work and the task's in-process ceiling, interleaved
-# round by round (tasks, below). Then the batching matrix: the gateway with batching off, a fixed window and the adaptive
-# window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
-# size from /metrics).
+# round by round (tasks, below). Then the batching matrix: the gateway with batching off, a
+# fixed window and the adaptive window, at concurrency 1, 8, 50 and two open-loop rates
+# (loadtest sweep, with the mean batch size from /metrics).
 #
 # The limit: on the same machine, in the same run, the CPU time per image of the decode alone
 # (libjpeg-turbo on the article's photo at the DCT scale and window the gateway decodes:
