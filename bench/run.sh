@@ -63,6 +63,9 @@ GRPC_PORT=18191
 GRPC_FLAGS=() # the shipped config's gateway listens for gRPC too when GRPC=1
 [ "$GRPC" = 1 ] && GRPC_FLAGS=(-grpc-listen "127.0.0.1:$GRPC_PORT")
 export ONNXRUNTIME_LIB=${ONNXRUNTIME_LIB:-$ROOT/.deps/onnxruntime/libonnxruntime.so}
+# the Makefile's: the ceilings and limits built here (go test -c) with the SIMD kernels the
+# gateway's binary has (make exports it; bench/run.sh run by hand would build them without)
+export GOEXPERIMENT=${GOEXPERIMENT-simd}
 # the gateways' model cache (runtime.cache_dir: auto), this run's own
 export XDG_CACHE_HOME=$WORK/cache
 
