@@ -331,11 +331,12 @@ interleaved() {
 # tasks: the gateway's other tasks (issue 39), a detector and an embedding model, each on a
 # photo of ../shared/images sent as the article's API sends it: the gateway serving the model
 # (the task's defaults), the Node.js peer doing the same work (TASK=detect or embed: sharp,
-# onnxruntime-node, its own box decoding and NMS, or the L2 normalization), both up at once, and
-# the task's in-process ceiling (bench/ceiling's BenchmarkDetect or BenchmarkEmbed on the same
-# photo: CEILING_IMAGE). RUNS+2 rounds of `loadtest -n TASK_N -c 50` against the peer, then the
-# gateway, then the ceiling (the servers idle), so that a round's three figures see the same
-# state of the machine. Rows "node gateway ceiling" (images/s) in $WORK/tasks.TASK.
+# onnxruntime-node, its own box decoding and NMS, or the L2 normalization; for embed
+# FULL_DECODE=1, the photo decoded whole as the gateway's embed default does, not at sharp's
+# reduced shrink-on-load scale), both up at once, and the task's in-process ceiling
+# (bench/ceiling's BenchmarkDetect or BenchmarkEmbed on the same photo: CEILING_IMAGE). RUNS+2
+# rounds of `loadtest -n TASK_N -c 50` against the peer, then the gateway, then the ceiling (the
+# servers idle), so that a round's three figures see the same state of the machine. Rows "node gateway ceiling" (images/s) in $WORK/tasks.TASK.
 TASK_N=${TASK_N:-400}
 DETECT_IMAGE=${DETECT_IMAGE:-$ROOT/../shared/images/opencv_messi5.jpg}
 EMBED_IMAGE=${EMBED_IMAGE:-$ROOT/../shared/images/exif_landscape_orient1.jpg}
@@ -365,7 +366,7 @@ YAML
       model=$WORK/features.onnx TIMAGE=$EMBED_IMAGE TBENCH=Embed
       [ -f "$model" ] || echo "{\"src\": \"$MOBILENETV2\", \"dst\": \"$model\"}" | /usr/bin/python3 internal/pilref/cut_mobilenetv2.py >/dev/null
       printf 'models:\n  - name: features\n    path: %s\n    task: embed\n    embed: {normalize: true}\n' "$model" >"$WORK/task_$t.yaml"
-      TNODE=(TASK=embed "MODEL=$model" NORMALIZE=1) ;;
+      TNODE=(TASK=embed "MODEL=$model" NORMALIZE=1 FULL_DECODE=1) ;;
   esac
   printf '{"image":"%s"}' "$(base64 -w0 "$TIMAGE")" >"$WORK/task_$t.json"
 }
@@ -440,11 +441,12 @@ tasks_section() {
   echo "score above 0.7, NMS at IoU 0.3) on \`$(basename "$DETECT_IMAGE")\`; the embedding model the shared"
   echo "int8 MobileNetV2 cut at its pooled features (\`embed: {normalize: true}\`, full decode) on"
   echo "\`$(basename "$EMBED_IMAGE")\`, each photo as base64 in the article's JSON. Each round: \`bin/loadtest -n $TASK_N -c 50\`"
-  echo "against the Node.js peer (\`TASK=detect\` / \`TASK=embed NORMALIZE=1\`, $(nproc) cluster workers, sharp +"
-  echo "onnxruntime-node, its own box decoding, NMS and normalization), then the gateway, then the ceiling"
-  echo "(bench/ceiling's \`BenchmarkDetect\` / \`BenchmarkEmbed\`, \`-benchtime ${TASK_N}x\`, \`CEILING_IMAGE\` the same"
-  echo "photo: the same decode, preprocessing, model and post-processing, one session per core, no HTTP),"
-  echo "both servers up throughout (images/s):"
+  echo "against the Node.js peer (\`TASK=detect\` / \`TASK=embed NORMALIZE=1 FULL_DECODE=1\`, $(nproc) cluster workers,"
+  echo "sharp + onnxruntime-node, its own box decoding, NMS and normalization; for embed the photo decoded whole"
+  echo "before the resize, as the gateway's full decode, not at sharp's reduced shrink-on-load scale), then the"
+  echo "gateway, then the ceiling (bench/ceiling's \`BenchmarkDetect\` / \`BenchmarkEmbed\`, \`-benchtime ${TASK_N}x\`,"
+  echo "\`CEILING_IMAGE\` the same photo: the same decode, preprocessing, model and post-processing, one session"
+  echo "per core, no HTTP), both servers up throughout (images/s):"
   for t in "${TASKS[@]}"; do
     [ -s "$WORK/tasks.$t" ] || continue
     echo
