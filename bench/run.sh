@@ -14,9 +14,11 @@
 # Protocol with binary tensor data (`loadtest -protocol v2 -binary`), beside the article's API,
 # and over gRPC too (GRPC=0 leaves it out) (`loadtest -protocol grpc`: ModelInfer with the image as a raw
 # BYTES element), each with the server's CPU time per request over its runs.
-# Then the batching matrix: the gateway with batching off, a fixed window and the adaptive
-# window, at concurrency 1, 8, 50 and two open-loop rates (loadtest sweep, with the mean batch
-# size from /metrics).
+# Then the other tasks (issue 39): a detector and an embedding model, each served by the gateway
+# beside the Node.js peer doing the same work and the task's in-process ceiling, interleaved
+# round by round (tasks, below). Then the batching matrix: the gateway with batching off, a
+# fixed window and the adaptive window, at concurrency 1, 8, 50 and two open-loop rates
+# (loadtest sweep, with the mean batch size from /metrics).
 #
 # The limit: on the same machine, in the same run, the CPU time per image of the decode alone
 # (libjpeg-turbo on the article's photo at the DCT scale and window the gateway decodes:
@@ -36,7 +38,10 @@
 # (docs/benchmarks.md), PEERS=0 to skip the peers (torch, node), ONLY=interleaved for the
 # interleaved Node.js rounds alone, ONLY=startup for the start-up rounds alone (printed),
 # ONLY=limit for the limit and the profile alone (printed; PERF=0 leaves the profile out),
-# GRPC=0 to leave out the gRPC row (the Open Inference Protocol over gRPC, on the same server).
+# ONLY=tasks for the tasks section alone (printed), GRPC=0 to leave out the gRPC row (the Open
+# Inference Protocol over gRPC, on the same server), SKIP_SETUP=1 to install nothing (apt, npm
+# ci) in the ONLY= runs; for the tasks: TASK_N (requests per round, 400), DETECT_IMAGE and
+# EMBED_IMAGE (the photos, ../shared/images/opencv_messi5.jpg and exif_landscape_orient1.jpg).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -58,11 +63,14 @@ GRPC_PORT=18191
 GRPC_FLAGS=() # the shipped config's gateway listens for gRPC too when GRPC=1
 [ "$GRPC" = 1 ] && GRPC_FLAGS=(-grpc-listen "127.0.0.1:$GRPC_PORT")
 export ONNXRUNTIME_LIB=${ONNXRUNTIME_LIB:-$ROOT/.deps/onnxruntime/libonnxruntime.so}
+# the Makefile's: the ceilings and limits built here (go test -c) with the SIMD kernels the
+# gateway's binary has (make exports it; bench/run.sh run by hand would build them without)
+export GOEXPERIMENT=${GOEXPERIMENT-simd}
 # the gateways' model cache (runtime.cache_dir: auto), this run's own
 export XDG_CACHE_HOME=$WORK/cache
 
 [ -f "$PAYLOAD" ] || { echo "bench: $PAYLOAD is missing (../shared must be beside the checkout)" >&2; exit 1; }
-if [ "${ONLY:-}" != startup ] && { ! command -v ab >/dev/null || ! command -v hey >/dev/null; }; then
+if [ -z "${SKIP_SETUP:-}" ] && [ "${ONLY:-}" != startup ] && [ "${ONLY:-}" != tasks ] && { ! command -v ab >/dev/null || ! command -v hey >/dev/null; }; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apache2-utils hey >/dev/null
 fi
 make -s build
@@ -76,7 +84,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 
 peak_rss() {
   local sid=$1 total=0 p
   for p in $(ps -o pid= -s "$sid" 2>/dev/null); do
-    total=$((total + $(awk '/^VmHWM/ {print $2}' /proc/$p/status 2>/dev/null || echo 0)))
+    total=$((total + $(awk '/^VmHWM/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0)))
   done
   echo $((total / 1024))
 }
@@ -92,12 +100,12 @@ ready_url() {
 # has answered a POST /predict/ too; sets SPID
 start() {
   local name=$1; shift
-  local t0 t1 i url
+  local t0 t1 url
   url=$(ready_url "$name")
   t0=$(date +%s%N)
   setsid "$@" >"$WORK/$name.log" 2>&1 </dev/null &
   SPID=$!
-  for i in $(seq 1 6000); do
+  for _ in $(seq 1 6000); do
     if curl -fsS -o /dev/null "$url" 2>/dev/null; then
       t1=$(date +%s%N)
       echo $(( (t1 - t0) / 1000000 )) > "$WORK/$name.startup"
@@ -125,7 +133,7 @@ URL() { echo "http://127.0.0.1:$PORT/predict/"; }
 server_cpu_ticks() {
   local total=0 p
   for p in $(ps -o pid= -s "$SPID" 2>/dev/null); do
-    total=$((total + $(awk '{print $14 + $15}' /proc/$p/stat 2>/dev/null || echo 0)))
+    total=$((total + $(awk '{print $14 + $15}' /proc/"$p"/stat 2>/dev/null || echo 0)))
   done
   echo "$total"
 }
@@ -217,12 +225,12 @@ startup() {
     for name in "${STARTUPS[@]}"; do
       local before=()
       case $name in
-        gateway_cold) before=(-before "rm -rf '$XDG_CACHE_HOME'"); cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT) ;;
-        gateway_warm) cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen 127.0.0.1:$PORT) ;;
-        gateway_nocache) cmd=(bin/gateway -config "$WORK/gateway_nocache.yaml" -listen 127.0.0.1:$PORT) ;;
+        gateway_cold) before=(-before "rm -rf '$XDG_CACHE_HOME'"); cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen "127.0.0.1:$PORT") ;;
+        gateway_warm) cmd=(bin/gateway -config "$WORK/gateway_best.yaml" -listen "127.0.0.1:$PORT") ;;
+        gateway_nocache) cmd=(bin/gateway -config "$WORK/gateway_nocache.yaml" -listen "127.0.0.1:$PORT") ;;
         torch) cmd=(env -C bench/torch_service STATE_DICT="$ROOT/bench/out/torch_state_dict.pt" /usr/bin/python3 -m uvicorn app:app
-                    --host 127.0.0.1 --port $PORT --workers "$(nproc)" --log-level warning) ;;
-        node) cmd=(env -C bench/node_service PORT=$PORT WORKERS="$(nproc)" node server.js) ;;
+                    --host 127.0.0.1 --port "$PORT" --workers "$(nproc)" --log-level warning) ;;
+        node) cmd=(env -C bench/node_service "PORT=$PORT" WORKERS="$(nproc)" node server.js) ;;
       esac
       out=$(bin/readytime -n 1 -q -timeout 120s "${before[@]}" -url "$(ready_url "$name")" -- "${cmd[@]}") ||
         { log "start-up of $name failed"; return 1; }
@@ -261,7 +269,7 @@ startup_table() {
 # ONLY=startup: that measurement alone, printed (no report written).
 if [ "${ONLY:-}" = startup ]; then
   if [ "$PEERS" = 1 ]; then
-    SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
+    SKIP_SETUP='' bench/peers.sh setup-torch >/dev/null
     bench/peers.sh setup-node >/dev/null
   fi
   startup
@@ -318,6 +326,143 @@ interleaved() {
   kill -TERM -- "-$NPID" 2>/dev/null || kill -TERM "$NPID" 2>/dev/null || true
   for _ in $(seq 1 100); do kill -0 "$NPID" 2>/dev/null || break; sleep 0.1; done
   kill -KILL -- "-$NPID" 2>/dev/null || true
+}
+
+# tasks: the gateway's other tasks (issue 39), a detector and an embedding model, each on a
+# photo of ../shared/images sent as the article's API sends it: the gateway serving the model
+# (the task's defaults), the Node.js peer doing the same work (TASK=detect or embed: sharp,
+# onnxruntime-node, its own box decoding and NMS, or the L2 normalization; for embed
+# FULL_DECODE=1, the photo decoded whole as the gateway's embed default does, not at sharp's
+# reduced shrink-on-load scale), both up at once, and the task's in-process ceiling
+# (bench/ceiling's BenchmarkDetect or BenchmarkEmbed on the same photo: CEILING_IMAGE). RUNS+2
+# rounds of `loadtest -n TASK_N -c 50` against the peer, then the gateway, then the ceiling (the
+# servers idle), so that a round's three figures see the same state of the machine. Rows "node gateway ceiling" (images/s) in $WORK/tasks.TASK.
+TASK_N=${TASK_N:-400}
+DETECT_IMAGE=${DETECT_IMAGE:-$ROOT/../shared/images/opencv_messi5.jpg}
+EMBED_IMAGE=${EMBED_IMAGE:-$ROOT/../shared/images/exif_landscape_orient1.jpg}
+ULTRAFACE=$ROOT/../shared/models/ultraface-rfb-320/version-RFB-320.onnx
+MOBILENETV2=$ROOT/../shared/models/mobilenetv2-12-int8/mobilenetv2-12-int8.onnx
+TASKS=(detect embed)
+
+# task_setup TASK: the task's gateway config ($WORK/task_TASK.yaml), body ($WORK/task_TASK.json)
+# and the peer's environment (TNODE), the ceiling benchmark's name (TBENCH) and photo (TIMAGE)
+task_setup() {
+  local t=$1 model
+  case $t in
+    detect)
+      model=$ULTRAFACE TIMAGE=$DETECT_IMAGE TBENCH=Detect
+      # the face detector's authors' settings: a stretch to 320x240, (x - 127) / 128, 0.7, 0.3
+      cat >"$WORK/task_$t.yaml" <<YAML
+models:
+  - name: faces
+    path: $model
+    task: detect
+    preprocess: {mode: stretch, mean: [$(awk 'BEGIN {m = 127 / 255; printf "%.9f, %.9f, %.9f", m, m, m}')], std: [$(awk 'BEGIN {s = 128 / 255; printf "%.9f, %.9f, %.9f", s, s, s}')]}
+    detect: {score_threshold: 0.7, iou_threshold: 0.3}
+YAML
+      TNODE=(TASK=detect "MODEL=$model" SCORE=0.7 IOU=0.3) ;;
+    embed)
+      # MobileNetV2 (int8, pretrained) cut at its pooled features, as the tests cut it
+      model=$WORK/features.onnx TIMAGE=$EMBED_IMAGE TBENCH=Embed
+      [ -f "$model" ] || echo "{\"src\": \"$MOBILENETV2\", \"dst\": \"$model\"}" | /usr/bin/python3 internal/pilref/cut_mobilenetv2.py >/dev/null
+      printf 'models:\n  - name: features\n    path: %s\n    task: embed\n    embed: {normalize: true}\n' "$model" >"$WORK/task_$t.yaml"
+      TNODE=(TASK=embed "MODEL=$model" NORMALIZE=1 FULL_DECODE=1) ;;
+  esac
+  printf '{"image":"%s"}' "$(base64 -w0 "$TIMAGE")" >"$WORK/task_$t.json"
+}
+
+# throughput FILE: loadtest's req/s from its summary, 0 when it has none
+throughput() { awk '/^Throughput:/ {t=$2} END {print t + 0}' "$1"; }
+
+tasks() {
+  local t r n g c NPID up NPORT=$((PORT + 1))
+  local NURL="http://127.0.0.1:$((PORT + 1))/predict/"
+  for f in "$ULTRAFACE" "$MOBILENETV2" "$DETECT_IMAGE" "$EMBED_IMAGE"; do
+    [ -f "$f" ] || { log "tasks: $f is missing: no tasks section"; return 0; }
+  done
+  go test -c -o "$WORK/ceiling.test" ./bench/ceiling/
+  for t in "${TASKS[@]}"; do
+    : >"$WORK/tasks.$t"
+    task_setup "$t"
+    log "tasks: $t ($(basename "$TIMAGE")), the gateway, the Node.js peer and the ceiling, interleaved"
+    NPID='' up=0
+    if [ "$PEERS" = 1 ]; then
+      (cd bench/node_service && exec setsid env PORT=$NPORT WORKERS="$(nproc)" "${TNODE[@]}" node server.js >"$WORK/tnode.$t.log" 2>&1 </dev/null) &
+      NPID=$!
+    fi
+    start "task_$t" bin/gateway -config "$WORK/task_$t.yaml" -listen "127.0.0.1:$PORT" || { [ -z "$NPID" ] || kill -TERM -- "-$NPID" 2>/dev/null; return 1; }
+    if [ -n "$NPID" ]; then
+      for _ in $(seq 1 3000); do
+        if curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary "@$WORK/task_$t.json" "$NURL" 2>/dev/null; then up=1; break; fi
+        kill -0 "$NPID" 2>/dev/null || break
+        sleep 0.01
+      done
+      [ "$up" = 1 ] || log "tasks: the Node.js peer did not answer (see $WORK/tnode.$t.log): the gateway and the ceiling alone"
+      [ "$up" = 0 ] || bin/loadtest -q -n "$WARM" -c 50 -body "$WORK/task_$t.json" "$NURL" >/dev/null 2>&1 || true
+    fi
+    bin/loadtest -q -n "$WARM" -c 50 -body "$WORK/task_$t.json" "$(URL)" >/dev/null 2>&1 || true
+    for r in $(seq 1 "$((RUNS + 2))"); do
+      n=0
+      if [ "$up" = 1 ]; then
+        bin/loadtest -q -n "$TASK_N" -c 50 -body "$WORK/task_$t.json" "$NURL" >"$WORK/tnode.$t.lt.$r" 2>&1 || true
+        n=$(throughput "$WORK/tnode.$t.lt.$r")
+      fi
+      bin/loadtest -q -n "$TASK_N" -c 50 -body "$WORK/task_$t.json" "$(URL)" >"$WORK/tgw.$t.lt.$r" 2>&1 || true
+      g=$(throughput "$WORK/tgw.$t.lt.$r")
+      c=$(cd bench/ceiling && CEILING_IMAGE=$TIMAGE "$WORK/ceiling.test" -test.run '^$' -test.bench "^Benchmark$TBENCH\$" -test.benchtime "${TASK_N}x" 2>&1 |
+        awk '/images\/s/ {for (i = 1; i <= NF; i++) if ($(i + 1) == "images/s") print $i}')
+      echo "$n $g ${c:-0}" >>"$WORK/tasks.$t"
+      log "tasks: $t round $r: Node.js $n, imagegate $g, ceiling ${c:-0} images/s"
+    done
+    curl -fsS "http://127.0.0.1:$PORT/metrics" | awk '$1 ~ /^gateway_max_batch_size\{/ {print $2; exit}' >"$WORK/tasks.$t.batch" || true
+    stop
+    if [ -n "$NPID" ]; then
+      kill -TERM -- "-$NPID" 2>/dev/null || kill -TERM "$NPID" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$NPID" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL -- "-$NPID" 2>/dev/null || true
+    fi
+  done
+}
+
+# tasks_ratio TASK COLUMN: the median of the rounds' ratios of the gateway to column COLUMN of
+# $WORK/tasks.TASK (1 the Node.js peer, 3 the ceiling), or "-"
+tasks_ratio() {
+  local m
+  m=$(awk -v c="$2" '$2 > 0 && $c > 0 {printf "%.4f\n", $2 / $c}' "$WORK/tasks.$1" | median)
+  if [ "$m" = - ]; then echo -; else printf '%.3f' "$m"; fi
+}
+
+# tasks_section: the tasks' rounds and ratios, Markdown
+tasks_section() {
+  local t r n g c
+  echo "A detector and an embedding model, each served alone by the gateway with the task's defaults,"
+  echo "beside the Node.js peer doing the same work and the task's in-process ceiling. The detector is"
+  echo "../shared's ultraface-rfb-320 (boxes and scores, batch fixed at 1; stretch to 320x240, (x - 127) / 128,"
+  echo "score above 0.7, NMS at IoU 0.3) on \`$(basename "$DETECT_IMAGE")\`; the embedding model the shared"
+  echo "int8 MobileNetV2 cut at its pooled features (\`embed: {normalize: true}\`, full decode) on"
+  echo "\`$(basename "$EMBED_IMAGE")\`, each photo as base64 in the article's JSON. Each round: \`bin/loadtest -n $TASK_N -c 50\`"
+  echo "against the Node.js peer (\`TASK=detect\` / \`TASK=embed NORMALIZE=1 FULL_DECODE=1\`, $(nproc) cluster workers,"
+  echo "sharp + onnxruntime-node, its own box decoding, NMS and normalization; for embed the photo decoded whole"
+  echo "before the resize, as the gateway's full decode, not at sharp's reduced shrink-on-load scale), then the"
+  echo "gateway, then the ceiling (bench/ceiling's \`BenchmarkDetect\` / \`BenchmarkEmbed\`, \`-benchtime ${TASK_N}x\`,"
+  echo "\`CEILING_IMAGE\` the same photo: the same decode, preprocessing, model and post-processing, one session"
+  echo "per core, no HTTP), both servers up throughout (images/s):"
+  for t in "${TASKS[@]}"; do
+    [ -s "$WORK/tasks.$t" ] || continue
+    echo
+    echo "| $t round | Node.js | imagegate | ceiling | imagegate / ceiling | imagegate / Node.js |"
+    echo "|---|---|---|---|---|---|"
+    r=0
+    while read -r n g c; do
+      r=$((r + 1))
+      echo "| $r | $n | $g | $c | $(awk -v a="$g" -v b="$c" 'BEGIN {if (a > 0 && b > 0) printf "%.3f", a / b; else print "-"}') | $(awk -v a="$g" -v b="$n" 'BEGIN {if (a > 0 && b > 0) printf "%.3f", a / b; else print "-"}') |"
+    done <"$WORK/tasks.$t"
+    echo "| **median of the rounds' ratios** | | | | **$(tasks_ratio "$t" 3)** | **$(tasks_ratio "$t" 1)** |"
+  done
+  echo
+  echo "The gateway's max_batch_size (auto, from its measurement at start-up): detect $(cat "$WORK/tasks.detect.batch" 2>/dev/null),"
+  echo "embed $(cat "$WORK/tasks.embed.batch" 2>/dev/null) (the detector's batch axis is fixed at 1). The issue's targets: imagegate ≥ 0.95 of"
+  echo "its ceiling and ≥ 2x the Node.js peer, for each task."
 }
 
 # chosen_batch: the max_batch_size the running gateway's default model has (auto chose it)
@@ -417,7 +562,7 @@ fi
 # ONLY=interleaved: that measurement alone, printed (no report written).
 if [ "${ONLY:-}" = interleaved ]; then
   [ "$PEERS" = 1 ] || { echo "bench: ONLY=interleaved measures the Node.js peer: PEERS=0 leaves nothing to do" >&2; exit 1; }
-  bench/peers.sh setup-node >/dev/null
+  [ -n "${SKIP_SETUP:-}" ] || bench/peers.sh setup-node >/dev/null
   interleaved
   awk '{printf "Node.js %s req/s, imagegate %s req/s, ratio %.2f\n", $1, $2, $2 / $1}' "$WORK/interleaved"
   [ -s "$WORK/interleaved" ] || exit 1
@@ -425,9 +570,17 @@ if [ "${ONLY:-}" = interleaved ]; then
   exit 0
 fi
 
+# ONLY=tasks: that measurement alone, printed (no report written).
+if [ "${ONLY:-}" = tasks ]; then
+  [ "$PEERS" = 1 ] && [ -z "${SKIP_SETUP:-}" ] && bench/peers.sh setup-node >/dev/null
+  tasks
+  tasks_section
+  exit 0
+fi
+
 servers=()
 if [ "$PEERS" = 1 ]; then
-  SKIP_SETUP= bench/peers.sh setup-torch >/dev/null
+  SKIP_SETUP='' bench/peers.sh setup-torch >/dev/null
   bench/peers.sh setup-node >/dev/null
 fi
 log "start-up: $STARTS rounds"
@@ -473,6 +626,7 @@ stop
 CEILING=$(median <"$WORK/ceiling")
 
 interleaved
+tasks
 
 # The batching matrix.
 gateway_config mx_off "{max_batch_size: 1, max_queue_delay: 0s, max_queue_size: 1024}" "$SHIPPED_RUNTIME"
@@ -545,6 +699,10 @@ label() {
   if [ -s "$WORK/interleaved" ]; then
     echo "- imagegate shipped config / Node.js, interleaved rounds (below), median of the rounds' ratios: $(median_ratio)"
   fi
+  for t in "${TASKS[@]}"; do
+    [ -s "$WORK/tasks.$t" ] || continue
+    echo "- the $t task (below), medians of the interleaved rounds' ratios: imagegate / in-process ceiling $(tasks_ratio "$t" 3), imagegate / Node.js $(tasks_ratio "$t" 1)"
+  done
   echo "- imagegate shipped config / imagegate batching off: $(ratio "$best" "$off")"
   echo "- Open Inference Protocol (binary) / the article's API, loadtest req/s in the same runs: $(ratio "$(awk '{print $5}' "$WORK/gateway_v2.row")" "$(awk '{print $5}' "$WORK/gateway_best.row")")"
   if [ "$GRPC" = 1 ]; then
@@ -595,6 +753,12 @@ label() {
       r=$((r + 1))
       echo "| $r | $n | $g | $(ratio "$g" "$n") |"
     done <"$WORK/interleaved"
+    echo
+  fi
+  if [ -s "$WORK/tasks.detect" ] || [ -s "$WORK/tasks.embed" ]; then
+    echo "## A detector and an embedding model"
+    echo
+    tasks_section
     echo
   fi
   echo "## The load generator beside ab and hey"

@@ -1,10 +1,11 @@
 // Package ceiling measures the in-process ceiling of the gateway's work on the article's
-// payload: JSON body → base64 → decode + preprocess → ONNX Runtime, with as many workers as
-// CPUs (each with its own single-threaded session, batch 1) and no HTTP. The benchmark report
-// compares the gateway end to end against this figure.
+// payload (or the photo CEILING_IMAGE names): JSON body → base64 → decode + preprocess → ONNX
+// Runtime, with as many workers as CPUs (each with its own single-threaded session, batch 1) and
+// no HTTP. The benchmark report compares the gateway end to end against this figure.
 package ceiling
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +24,15 @@ func setup(b *testing.B) []byte {
 	body, err := os.ReadFile("../../../shared/seed/rime_5868.json")
 	if err != nil {
 		b.Skip("../shared/seed/rime_5868.json not found (../shared must be beside the checkout):", err)
+	}
+	// CEILING_IMAGE: another photo, sent as the article's API sends it (bench/run.sh's tasks
+	// section puts each task's photo through the ceiling and the servers alike).
+	if p := os.Getenv("CEILING_IMAGE"); p != "" {
+		img, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal("CEILING_IMAGE:", err)
+		}
+		body = []byte(`{"image":"` + base64.StdEncoding.EncodeToString(img) + `"}`)
 	}
 	lib := os.Getenv("ONNXRUNTIME_LIB")
 	if lib == "" {

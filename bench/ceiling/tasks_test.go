@@ -73,10 +73,10 @@ func BenchmarkDetect(b *testing.B) {
 	dec := postprocess.Decoder{Kind: postprocess.BoxesScores, Anchors: 4420, Classes: 2, Normalized: true, Background: true, InputWidth: 320, InputHeight: 240}
 	params := postprocess.Params{ScoreThreshold: 0.7, IOUThreshold: 0.3, MaxDetections: 100}
 	type worker struct {
-		s        *ort.Session[float32]
-		img, tmp []byte
-		dets     []postprocess.Detection
-		sc       postprocess.Scratch
+		s            *ort.Session[float32]
+		img, tmp, px []byte
+		dets         []postprocess.Detection
+		sc           postprocess.Scratch
 	}
 	ws := make([]*worker, runtime.NumCPU())
 	for i := range ws {
@@ -86,7 +86,7 @@ func BenchmarkDetect(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		ws[i] = &worker{s: s}
+		ws[i] = &worker{s: s, px: make([]byte, pre.SlotLen())}
 	}
 	ctx := context.Background()
 	work(b, len(ws), func(i int) error {
@@ -95,8 +95,12 @@ func BenchmarkDetect(b *testing.B) {
 		if w.img, w.tmp, err = gateway.DecodeJSONImage(body, w.img, w.tmp); err != nil {
 			return err
 		}
-		g, err := pre.ProcessGeometry(ctx, w.img, w.s.Input(0))
+		// As the gateway does for a float32 model: the image as bytes, expanded into the input.
+		g, err := pre.ProcessUint8Geometry(ctx, w.img, w.px)
 		if err != nil {
+			return err
+		}
+		if err := pre.Expand(w.s.Input(0), w.px); err != nil {
 			return err
 		}
 		out, err := w.s.RunOutputs(1)
@@ -129,8 +133,8 @@ func BenchmarkEmbed(b *testing.B) {
 		b.Fatal(err)
 	}
 	type worker struct {
-		s        *ort.Session[float32]
-		img, tmp []byte
+		s            *ort.Session[float32]
+		img, tmp, px []byte
 	}
 	ws := make([]*worker, runtime.NumCPU())
 	for i := range ws {
@@ -140,7 +144,7 @@ func BenchmarkEmbed(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		ws[i] = &worker{s: s}
+		ws[i] = &worker{s: s, px: make([]byte, pre.SlotLen())}
 	}
 	work(b, len(ws), func(i int) error {
 		w := ws[i]
@@ -148,7 +152,11 @@ func BenchmarkEmbed(b *testing.B) {
 		if w.img, w.tmp, err = gateway.DecodeJSONImage(body, w.img, w.tmp); err != nil {
 			return err
 		}
-		if err := pre.Process(w.img, w.s.Input(0)); err != nil {
+		// As the gateway does for a float32 model: the image as bytes, expanded into the input.
+		if err := pre.ProcessUint8(w.img, w.px); err != nil {
+			return err
+		}
+		if err := pre.Expand(w.s.Input(0), w.px); err != nil {
 			return err
 		}
 		out, err := w.s.RunOutputs(1)

@@ -17,8 +17,10 @@
 //                   to the photo and clipped: the work the gateway does for such a model.
 //
 // Environment: PORT (8080), WORKERS (one per core), MODEL (the repository's default model),
-// LABELS (labels.txt next to MODEL), MAX_BODY_BYTES (32 MiB), TASK (classify), and the
-// task's settings above.
+// LABELS (labels.txt next to MODEL), MAX_BODY_BYTES (32 MiB), TASK (classify), FULL_DECODE
+// (1: decode the whole image at full size before resizing, as the gateway's embed task does
+// by default; otherwise sharp's shrink-on-load may decode a large JPEG at a reduced scale),
+// and the task's settings above.
 const cluster = require('node:cluster');
 const fs = require('node:fs');
 const http = require('node:http');
@@ -32,6 +34,7 @@ const MODEL = process.env.MODEL ||
 const LABELS = process.env.LABELS || path.join(path.dirname(MODEL), 'labels.txt');
 const MAX_BODY_BYTES = Number(process.env.MAX_BODY_BYTES || 32 << 20);
 const TASK = process.env.TASK || 'classify';
+const FULL_DECODE = process.env.FULL_DECODE === '1';
 if (!['classify', 'embed', 'detect'].includes(TASK)) throw new Error(`TASK must be classify, embed or detect, got ${TASK}`);
 const env3 = (name, dflt) => (process.env[name] ? process.env[name].split(',').map(Number) : dflt);
 const DETECT = {
@@ -87,6 +90,21 @@ async function startWorker() {
   const inputName = session.inputNames[0];
   const outputName = process.env.OUTPUT || session.outputNames[0];
 
+  // source: the pipeline a resize starts from, turned by the EXIF orientation where rotate. By
+  // default the encoded image, so that libvips may decode a large JPEG at a reduced DCT scale
+  // (shrink-on-load); with FULL_DECODE=1 its pixels decoded at full size first, as the
+  // gateway's embed task does by default.
+  async function source(bytes, rotate) {
+    if (!FULL_DECODE) return rotate ? sharp(bytes).rotate() : sharp(bytes);
+    const full = rotate ? sharp(bytes).rotate() : sharp(bytes);
+    const { data, info } = await full
+      .removeAlpha()
+      .toColourspace('srgb')
+      .raw()
+      .toBuffer({ resolveWithObject: true });
+    return sharp(data, { raw: { width: info.width, height: info.height, channels: info.channels } });
+  }
+
   async function preprocess(bytes) {
     const meta = await sharp(bytes).metadata();
     if (!meta.width || !meta.height) throw new HttpError(400, 'cannot read image dimensions');
@@ -100,7 +118,7 @@ async function startWorker() {
     }
     const left = Math.round((w - CROP) / 2);
     const top = Math.round((h - CROP) / 2);
-    const { data, info } = await sharp(bytes)
+    const { data, info } = await (await source(bytes, false))
       .resize(w, h, { fit: 'fill', kernel: sharp.kernel.linear })
       .extract({ left, top, width: CROP, height: CROP })
       .removeAlpha()
@@ -126,8 +144,7 @@ async function startWorker() {
   // size as shown, for mapping the boxes back.
   async function preprocessDetect(bytes) {
     const { width, height, mean, std } = DETECT;
-    const { data, info } = await sharp(bytes)
-      .rotate()
+    const { data, info } = await (await source(bytes, true))
       .resize(width, height, { fit: 'fill', kernel: sharp.kernel.linear })
       .removeAlpha()
       .toColourspace('srgb')
