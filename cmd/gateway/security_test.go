@@ -3,7 +3,6 @@ package main_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -394,7 +393,7 @@ func rocketJPEG(t *testing.T) []byte {
 func TestTLSHostileClients(t *testing.T) {
 	s := startSecured(t, "  read_timeout: 2s\n")
 	addr := strings.TrimPrefix(s.https, "https://")
-	hello := clientHelloBytes(t, s.ca)
+	hello := s.ca.ClientHello()
 	for _, port := range []struct{ name, addr string }{{"http", addr}, {"grpc", s.grpcTLS}} {
 		for _, c := range []struct {
 			name  string
@@ -522,21 +521,4 @@ func vmRSS(t *testing.T, pid int) int64 {
 		}
 	}
 	return 0
-}
-
-// clientHelloBytes is the first flight of Go's TLS client.
-func clientHelloBytes(t *testing.T, ca *testcert.CA) []byte {
-	a, b := net.Pipe()
-	defer a.Close()
-	got := make(chan []byte, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		n, _ := b.Read(buf)
-		got <- buf[:n]
-		b.Close()
-	}()
-	cfg := ca.ClientConfig()
-	cfg.ServerName = "localhost"
-	tls.Client(a, cfg).HandshakeContext(context.Background())
-	return <-got
 }

@@ -135,6 +135,24 @@ func (ca *CA) ClientConfig(certs ...tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: ca.Pool(), Certificates: certs, MinVersion: tls.VersionTLS12}
 }
 
+// ClientHello is the first flight of Go's TLS client trusting ca (for localhost): the bytes a
+// test sends to a listener to begin a handshake it never finishes.
+func (ca *CA) ClientHello() []byte {
+	a, b := net.Pipe()
+	defer a.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, _ := b.Read(buf)
+		got <- buf[:n]
+		b.Close()
+	}()
+	cfg := ca.ClientConfig()
+	cfg.ServerName = "localhost"
+	tls.Client(a, cfg).Handshake()
+	return <-got
+}
+
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

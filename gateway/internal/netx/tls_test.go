@@ -78,7 +78,7 @@ func TestTLSOpenings(t *testing.T) {
 		}
 		results <- result{err, time.Since(start)}
 	})
-	hello := clientHello(t, ca)
+	hello := ca.ClientHello()
 	for _, tc := range []struct {
 		name    string
 		send    []byte
@@ -121,24 +121,6 @@ func TestTLSOpenings(t *testing.T) {
 		}
 		c.Close()
 	}
-}
-
-// clientHello is the first flight of a real TLS client.
-func clientHello(t *testing.T, ca *testcert.CA) []byte {
-	t.Helper()
-	a, b := net.Pipe()
-	defer a.Close()
-	got := make(chan []byte, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		n, _ := b.Read(buf)
-		got <- buf[:n]
-		b.Close()
-	}()
-	cfg := ca.ClientConfig()
-	cfg.ServerName = "localhost"
-	tls.Client(a, cfg).Handshake()
-	return <-got
 }
 
 // TestTLSBacklogServedOnClose: TLS clients waiting in the backlog when the listener closes
