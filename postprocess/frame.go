@@ -28,10 +28,12 @@ func (f Frame) Map(dets []Detection) []Detection {
 		y1 := clip((float64(d.Box[1])-f.OffsetY)/f.ScaleY, h)
 		x2 := clip((float64(d.Box[2])-f.OffsetX)/f.ScaleX, w)
 		y2 := clip((float64(d.Box[3])-f.OffsetY)/f.ScaleY, h)
-		if !(x2 > x1 && y2 > y1) {
+		// Checked as answered: two corners apart in float64 can round to one float32.
+		b := [4]float32{float32(x1), float32(y1), float32(x2), float32(y2)}
+		if !(b[2] > b[0] && b[3] > b[1]) {
 			continue
 		}
-		d.Box = [4]float32{float32(x1), float32(y1), float32(x2), float32(y2)}
+		d.Box = b
 		out = append(out, d)
 	}
 	return out
