@@ -27,7 +27,9 @@ block() {
       getline
       cores = $1
     }
-    /^\| server \|/ {
+    # The first table with an "ab req/s" column (the start-up table below names the same
+    # servers, with other columns).
+    /^\| server \|/ && !req {
       n = split($0, h, "|")
       for (i = 2; i < n; i++) {
         c = h[i]; gsub(/^ +| +$/, "", c)
@@ -36,7 +38,7 @@ block() {
         if (c == "peak RSS MiB") rss = i
         if (c == "ready ms" || c == "start-up ms") { start = i; startName = c }
       }
-      intable = 1
+      intable = req > 0
       next
     }
     intable && !/^\|/ { intable = 0 }
@@ -72,6 +74,10 @@ block() {
         k = order[i]
         if (!(k in row)) continue
         split(fig[k], v, "|")
+        if (v[1] !~ /^[0-9]+(\.[0-9]+)?$/ || v[2] !~ /^[0-9]+(\.[0-9]+)?$/) {
+          print "bench/readme.sh: the " k " row has no ab req/s or p99 figure: " fig[k] > "/dev/stderr"
+          exit 1
+        }
         if (k == "gateway") printf "| **%s** | **%s** | **%s** | **%s** | **%s** |\n", row[k], v[1], v[2], v[3], v[4]
         else printf "| %s | %s | %s | %s | %s |\n", row[k], v[1], v[2], v[3], v[4]
       }
