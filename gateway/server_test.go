@@ -30,7 +30,6 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/imagegate/imagegate/batcher"
-	"github.com/imagegate/imagegate/gateway/internal/netx"
 	"github.com/imagegate/imagegate/gateway/internal/wire"
 	"github.com/imagegate/imagegate/preprocess"
 )
@@ -1217,15 +1216,14 @@ func noisePNG(t testing.TB, w, h int) []byte {
 
 // TestRefusedBodiesAreDrained: a request answered without its body being used (an unknown
 // model or path) has its body read and dropped, so the connection serves the next request,
-// also while more drains are under way than there are large drain buffers; a body beyond
+// also while many drains are under way (they share one discard region); a body beyond
 // max_body_bytes is not read, and its connection is closed after the answer.
 func TestRefusedBodiesAreDrained(t *testing.T) {
 	ts := newTestServer(t, testOptions(), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
-	// netx.BigDrainBuffers+8 slow clients, each stopped half way through a refused body: every large drain
-	// buffer is taken.
-	const slowHalf = 200 << 10
+	// 40 slow clients, each stopped half way through a refused body: 40 drains under way.
+	const slowHalf, slowClients = 200 << 10, 40
 	var slow []net.Conn
-	for range netx.BigDrainBuffers + 8 {
+	for range slowClients {
 		c, err := ts.ln.Dial()
 		if err != nil {
 			t.Fatal(err)
@@ -1235,14 +1233,14 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 		go c.Write(bytes.Repeat([]byte("s"), slowHalf))
 		slow = append(slow, c)
 	}
-	waitUntil(t, func() bool { return ts.s.conns.BigDrains() == netx.BigDrainBuffers })
+	waitUntil(t, func() bool { return ts.s.conns.Draining() == slowClients })
 	c, err := ts.ln.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	body := bytes.Repeat([]byte("x"), 700<<10) // more than a few reads of drainChunk
+	body := bytes.Repeat([]byte("x"), 700<<10) // many of the in-memory listener's reads
 	br := bufio.NewReader(c)
 	read := func() *http.Response {
 		t.Helper()
@@ -1279,7 +1277,7 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 	if r := read(); r.StatusCode != 404 || !r.Close {
 		t.Fatalf("oversize chunked body: %d, connection close %v", r.StatusCode, r.Close)
 	}
-	// The slow clients finish their bodies and are answered; their buffers come back.
+	// The slow clients finish their bodies and are answered.
 	for _, sc := range slow {
 		sc.SetDeadline(time.Now().Add(20 * time.Second))
 		go sc.Write(bytes.Repeat([]byte("s"), slowHalf))
@@ -1287,7 +1285,7 @@ func TestRefusedBodiesAreDrained(t *testing.T) {
 			t.Fatalf("a slow client's refused body: %v %v", r, err)
 		}
 	}
-	waitUntil(t, func() bool { return ts.s.conns.BigDrains() == 0 })
+	waitUntil(t, func() bool { return ts.s.conns.Draining() == 0 })
 }
 
 // TestQueuedImagesHoldBytes: a float32 model's queued image holds a byte per input value of

@@ -199,8 +199,11 @@ func (c *Conn) lingerClose() {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite() // the client reads the answer, then end of stream
 	}
-	buf := c.t.linger.Get().(*[drainChunk]byte)
-	defer c.t.linger.Put(buf)
+	withDiscard(c.lingerRead)
+}
+
+// lingerRead reads and drops into buf what the client sends, until it stops or closes.
+func (c *Conn) lingerRead(buf []byte) {
 	end := time.Now().Add(lingerTime)
 	for n := 0; n < lingerBytes; {
 		d := time.Now().Add(lingerIdle)
@@ -208,9 +211,9 @@ func (c *Conn) lingerClose() {
 			d = end
 		}
 		c.Conn.SetReadDeadline(d)
-		k, ok, err := c.discardRead(buf[:])
+		k, ok, err := c.discardRead(buf)
 		if !ok {
-			k, err = c.Conn.Read(buf[:])
+			k, err = c.Conn.Read(buf)
 		}
 		n += k
 		if err != nil {

@@ -8,7 +8,7 @@
 //     sending (so that it reads its answer instead of a reset).
 //   - Conn is one connection: it checks the opening bytes (a TLS handshake or a bare-LF
 //     request line get an answer at once), notes whether a request line has ended, and drops
-//     the bytes read into its discard buffer in the kernel (recv with MSG_TRUNC).
+//     the bytes read into the discard region in the kernel (recv with MSG_TRUNC).
 //   - TLS (Tracker.ListenTLS, and ListenTLS for a listener without a tracker): a Conn reads
 //     and writes through crypto/tls, the handshake made on the first read under the server's
 //     read deadline; everything above holds for it but the kernel discards (its bytes must be
@@ -21,6 +21,7 @@
 //
 // The Linux mechanics have portable fallbacks that do nothing (no watch, no kernel discard,
 // no look into the socket). Everything here belongs to the Tracker or Watcher that a Server
-// creates and closes: no package-level state. It imports nothing of this module nor any HTTP
+// creates and closes, but the discard region: address space that nothing reads, mapped once
+// for the process and shared by every drain. It imports nothing of this module nor any HTTP
 // library.
 package netx

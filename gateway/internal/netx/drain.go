@@ -6,55 +6,51 @@ import (
 	"sync"
 )
 
-// Drain reads a refused body drainChunk at a time (a loopback segment is 64 KiB; io.Discard's
-// 8 KiB took many more read calls). At most drainBig such buffers are in use at once (a slow
-// client can hold one until the read timeout, and every connection may be draining); beyond
-// them a drain reads drainSmall at a time.
+// Drains and lingering closes read what they drop into the discard region (discardRegion):
+// on a plain socket such a read is dropped in the kernel and never writes it (discardRead), so
+// one read call takes all that has arrived, up to discardLen bytes, where a 64 KiB buffer took a
+// call per loopback segment. Nothing reads the region, so every drain shares it, and it costs
+// no memory per drain. Where it cannot be had, a drain reads into a buffer of fallbackLen.
 const (
-	drainChunk = 64 << 10
-	drainSmall = 8 << 10
-	drainBig   = BigDrainBuffers
+	discardLen  = 1 << 20
+	fallbackLen = 64 << 10
 )
 
-// BigDrainBuffers is how many large drain buffers a Tracker lends at once.
-const BigDrainBuffers = 32
+var fallbackBufs = sync.Pool{New: func() any { return new([fallbackLen]byte) }}
 
-// drainBuffers are a Tracker's buffers for Drain.
-type drainBuffers struct {
-	slots chan struct{} // a token per big buffer in use
-	big   sync.Pool
-	small sync.Pool
+// withDiscard calls f with the discard region, or with a pooled buffer where there is none.
+func withDiscard(f func(buf []byte)) {
+	if r := discardRegion(); r != nil {
+		f(r)
+		return
+	}
+	b := fallbackBufs.Get().(*[fallbackLen]byte)
+	defer fallbackBufs.Put(b)
+	f(b[:])
 }
 
-func (d *drainBuffers) init() {
-	d.slots = make(chan struct{}, drainBig)
-	d.big.New = func() any { return new([drainChunk]byte) }
-	d.small.New = func() any { return new([drainSmall]byte) }
-}
-
-// BigDrains is the number of large drain buffers in use (drainBig at most).
-func (t *Tracker) BigDrains() int { return len(t.drains.slots) }
+// Draining is the number of drains under way.
+func (t *Tracker) Draining() int { return int(t.draining.Load()) }
 
 // Drain reads and drops what r (a request body arriving on nc) still holds, up to limit
 // bytes. Where nc is a *Conn on a socket, what the reads take is dropped in the kernel, never
 // copied. It reports whether r ended within limit; false after more than limit bytes, a read
 // error, or reads that make no progress (the connection should then be closed by lingering).
-func (t *Tracker) Drain(nc net.Conn, r io.Reader, limit int64) bool {
-	var buf []byte
-	select {
-	case t.drains.slots <- struct{}{}:
-		b := t.drains.big.Get().(*[drainChunk]byte)
-		defer func() { t.drains.big.Put(b); <-t.drains.slots }()
-		buf = b[:]
-	default:
-		b := t.drains.small.Get().(*[drainSmall]byte)
-		defer t.drains.small.Put(b)
-		buf = b[:]
-	}
-	if c, ok := nc.(*Conn); ok {
-		c.discard = buf // what the stream reads into buf is dropped in the kernel
-		defer func() { c.discard = nil }()
-	}
+func (t *Tracker) Drain(nc net.Conn, r io.Reader, limit int64) (ended bool) {
+	t.draining.Add(1)
+	defer t.draining.Add(-1)
+	withDiscard(func(buf []byte) {
+		if c, ok := nc.(*Conn); ok {
+			c.discard = buf // what the stream reads into buf is dropped in the kernel
+			defer func() { c.discard = nil }()
+		}
+		ended = drain(r, buf, limit)
+	})
+	return ended
+}
+
+// drain reads r into buf until it ends, within limit bytes.
+func drain(r io.Reader, buf []byte, limit int64) bool {
 	var n int64
 	empty := 0
 	for n <= limit {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -52,6 +53,17 @@ func (c *Conn) discardRead(b []byte) (n int, ok bool, err error) {
 	}
 	return n, true, nil
 }
+
+// discardRegion is the region drains read into (drain.go): address space mapped without
+// reserve, so only the pages that something copies into (what bufio had already buffered, a
+// TLS connection's decrypted bytes) are ever backed by memory. nil if it cannot be mapped.
+var discardRegion = sync.OnceValue(func() []byte {
+	b, err := unix.Mmap(-1, 0, discardLen, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil
+	}
+	return b
+})
 
 // rawConn returns the socket under v (a connection or a listener), nil when there is none.
 func rawConn(v any) syscall.RawConn {

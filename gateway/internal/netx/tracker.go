@@ -41,8 +41,7 @@ type Tracker struct {
 	all       map[*Conn]struct{}
 	lingering int // connections in lingerClose
 
-	drains drainBuffers
-	linger sync.Pool // lingerClose's buffers
+	draining atomic.Int64 // drains under way (Draining)
 	// discarded counts the bytes dropped in the kernel (DiscardedBytes).
 	discarded atomic.Int64
 }
@@ -53,8 +52,6 @@ func OverflowConns(maxConns int) int { return max(16, maxConns/8) }
 // NewTracker returns a Tracker for cfg.
 func NewTracker(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg, maxOver: OverflowConns(cfg.MaxConns), idle: map[*Conn]struct{}{}, all: map[*Conn]struct{}{}}
-	t.drains.init()
-	t.linger.New = func() any { return new([drainChunk]byte) }
 	return t
 }
 
