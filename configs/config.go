@@ -91,6 +91,11 @@ type Server struct {
 	// GRPCInferenceService, grpc.health.v1.Health and reflection), or "off". The -grpc-listen
 	// flag and the IMAGEGATE_GRPC_LISTEN environment variable override it, in that order.
 	GRPCListen string `yaml:"grpc_listen"`
+	// GRPCCallWindow is a gRPC call's HTTP/2 flow-control window: what a client may send of a
+	// call before the server has read it. A call refused at the door costs the upload of this
+	// much at most; a message larger than it waits a round trip per window for the server's
+	// window updates (raise it for clients far away). 0: 64KiB, HTTP/2's own default.
+	GRPCCallWindow ByteSize `yaml:"grpc_call_window"`
 	// AdminTokenFile, when set, names a file holding a bearer token: the admin API then
 	// requires "Authorization: Bearer <token>" on the admin listener, and is also served on the
 	// public listener to requests that carry it.

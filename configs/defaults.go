@@ -48,6 +48,9 @@ func setServerDefaults(s *Server) {
 	if s.Listen == "" {
 		s.Listen = "127.0.0.1:8080"
 	}
+	if s.GRPCCallWindow == 0 {
+		s.GRPCCallWindow = 64 << 10
+	}
 	if s.MaxBodyBytes == 0 {
 		s.MaxBodyBytes = 16 << 20
 	}

@@ -97,6 +97,9 @@ func (c *Config) validateServer(p *problems) {
 	}
 	validateDurations(p, s)
 	validateSecurity(p, s)
+	if s.GRPCCallWindow < 64<<10 || s.GRPCCallWindow > 1<<30 {
+		p.add("server.grpc_call_window", "must be within 64KiB..1GiB (HTTP/2 windows start at 64KiB), got %d", s.GRPCCallWindow)
+	}
 	if s.MaxBodyBytes < 1024 {
 		p.add("server.max_body_bytes", "must be at least 1KiB, got %d", s.MaxBodyBytes)
 	}

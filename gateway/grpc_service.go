@@ -61,7 +61,8 @@ func (s *Server) ServeGRPC(ln net.Listener) error {
 func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
 	pool := &grpcio.BufferPool{}
 	codec := grpcio.NewCodec(pool)
-	opts := grpcapi.ServerOptions(s.opts.MaxBodyBytes, s.opts.IdleTimeout, s.opts.ReadTimeout, s.grpcAuth, codec, pool) // grpcAuth, then grpcTap
+	opts := grpcapi.ServerOptions(grpcapi.Limits{MaxBody: s.opts.MaxBodyBytes, CallWindow: s.opts.GRPCCallWindow, Idle: s.opts.IdleTimeout, Handshake: s.opts.ReadTimeout},
+		s.grpcAuth, codec, pool) // grpcAuth, then grpcTap
 	srv := grpc.NewServer(append(opts, s.grpcCreds()...)...)
 	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s, codec: codec})
 	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.life.stop})

@@ -706,3 +706,84 @@ func TestGRPCConnectionsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCRefusedCallsCostAWindow: a call refused at the door (its model's queue full) costs
+// the server at most its flow-control window of upload (server.grpc_call_window, 64 KiB by
+// default), not its whole message: under an overload of photos, receiving every refused
+// call's message whole made a gRPC refusal cost twice an HTTP one.
+func TestGRPCRefusedCallsCostAWindow(t *testing.T) {
+	const calls, big = 8, 900 << 10
+	for _, window := range []int64{0, 1 << 20} {
+		f := newFake[float32](3*side*side, 3, 1)
+		mo := modelOpts("m", RunnersOf[float32]{f})
+		mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 1}
+		o := testOptions()
+		o.GRPCCallWindow = window
+		s, err := New(o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddModel(mo); err != nil {
+			t.Fatal(err)
+		}
+		serve(t, s)
+		tcp, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := &countingListener{Listener: tcp}
+		go s.ServeGRPC(ln)
+		cc, err := grpc.NewClient(tcp.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(math.MaxInt32)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		c := inference.NewGRPCInferenceServiceClient(cc)
+		gate := make(chan struct{})
+		f.gate = gate
+		var opened sync.Once
+		open := func() { opened.Do(func() { close(gate) }) }
+		t.Cleanup(open)
+		img := solidPNG(t, 8, 8, 60)
+		m := s.models.Load().byName["m"][0]
+		entered := f.entered.Load()
+		var wg sync.WaitGroup
+		for i := range 2 { // one runs (held), one waits: the queue is full
+			wg.Go(func() {
+				if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
+					t.Error(err)
+				}
+			})
+			if i == 0 {
+				waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
+			}
+			waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
+		}
+		read := func() (n int64) {
+			ln.mu.Lock()
+			defer ln.mu.Unlock()
+			for _, c := range ln.conns {
+				n += c.read.Load()
+			}
+			return n
+		}
+		before := read()
+		photo := append(bytes.Clone(img), make([]byte, big)...) // refused before it is decoded
+		for range calls {
+			if _, err := c.ModelInfer(t.Context(), imageRequest("m", photo)); status.Code(err) != codes.Unavailable {
+				t.Fatalf("window %d: a call to a full queue: %v", window, err)
+			}
+		}
+		got := read() - before
+		// How much more arrives under a larger window depends on how fast the client sends
+		// before the refusal reaches it: only the default's bound is checked.
+		const bound = calls * (64<<10 + 16<<10) // a window each, and framing
+		if window == 0 && got > bound {
+			t.Errorf("%d refused calls of %d KiB: the server read %d KiB; want at most a 64 KiB window each", calls, big>>10, got>>10)
+		}
+		t.Logf("call window %d: %d refused calls of %d KiB, %d KiB read", window, calls, big>>10, got>>10)
+		open()
+		wg.Wait()
+	}
+}

@@ -28,6 +28,9 @@ type Options struct {
 	// is decoded), input rows. A request that would exceed it is refused at once (503 with
 	// Retry-After); one that could never fit is a 413.
 	MaxInflightBytes int64
+	// GRPCCallWindow is a gRPC call's HTTP/2 flow-control window (server.grpc_call_window);
+	// 0: 64 KiB.
+	GRPCCallWindow int64
 	// ReadTimeout bounds reading a request (headers and body), WriteTimeout writing its
 	// response, IdleTimeout a keep-alive connection's wait for its next request.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration

@@ -397,6 +397,7 @@ func serverOptions(cfg *configs.Config, adminToken string, log *slog.Logger, tra
 	o := gateway.Options{
 		MaxBodyBytes:     int64(c.MaxBodyBytes),
 		MaxInflightBytes: int64(c.MaxInflightBytes),
+		GRPCCallWindow:   int64(c.GRPCCallWindow),
 		ReadTimeout:      c.ReadTimeout.D(),
 		WriteTimeout:     c.WriteTimeout.D(),
 		IdleTimeout:      c.IdleTimeout.D(),

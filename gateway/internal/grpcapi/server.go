@@ -19,36 +19,54 @@ const (
 	// framing is what a message may hold beyond server.max_body_bytes of tensor data: its
 	// names, shape, parameters and protobuf framing.
 	framing = 64 << 10
-	// window is a call's HTTP/2 flow-control window (a connection's is 4 of them): what a
-	// client may send before the server reads it.
-	window = 1 << 20
+	// minWindow is HTTP/2's initial flow-control window, a call's by default
+	// (Limits.CallWindow); a connection's is connWindows calls' worth, at least
+	// minConnWindow, so that the calls in flight on one connection do not wait for each
+	// other's window updates.
+	minWindow     = 64 << 10
+	connWindows   = 64
+	minConnWindow = 4 << 20
+	// readBuffer is the size of a connection's reads: a photo's message in few of them.
+	readBuffer = 256 << 10
 )
 
 // PingTimeout is how long the server waits for a ping's answer (or, as TCP_USER_TIMEOUT, for
 // written data to be acknowledged) before it drops the connection.
 const PingTimeout = 20 * time.Second
 
-// ServerOptions are the gRPC server's options: messages of up to maxBody bytes of tensor data
-// (and their framing), connections closed after idle without calls (GOAWAY first) and refused
-// when their handshake takes longer than handshake, tap run on each call before its message
-// is read, the codec and its buffer pool (grpcio.NewCodec).
-func ServerOptions(maxBody int64, idle, handshake time.Duration, tap tap.ServerInHandle, codec *grpcio.Codec, pool *grpcio.BufferPool) []grpc.ServerOption {
+// Limits are a gRPC server's bounds: messages of up to MaxBody bytes of tensor data (and
+// their framing); CallWindow, a call's flow-control window (0: minWindow); connections closed
+// after Idle without calls (GOAWAY first), refused when their handshake takes longer than
+// Handshake.
+type Limits struct {
+	MaxBody, CallWindow int64
+	Idle, Handshake     time.Duration
+}
+
+// ServerOptions are the gRPC server's options: its limits, tap run on each call before its
+// message is read, the codec and its buffer pool (grpcio.NewCodec). A call's window is small
+// by default: a call refused at the door costs the upload of a window at most (a photo's
+// whole message under a window of a mebibyte), at a round trip per window for a larger
+// message admitted.
+func ServerOptions(l Limits, tap tap.ServerInHandle, codec *grpcio.Codec, pool *grpcio.BufferPool) []grpc.ServerOption {
+	window := min(max(l.CallWindow, minWindow), 1<<30)
+	conn := min(max(connWindows*window, minConnWindow), 1<<30)
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(min(maxBody+framing, 1<<31-1))),
+		grpc.MaxRecvMsgSize(int(min(l.MaxBody+framing, 1<<31-1))),
 		grpc.MaxConcurrentStreams(maxStreams),
 		// A client may ping every 10 s at most, with or without calls in flight (Triton's
 		// client pings while idle when its keepalive is set); more often is a GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// A connection idle for server.idle_timeout is closed (GOAWAY first), as HTTP's.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: PingTimeout}), // pings find dead peers
-		grpc.ConnectionTimeout(handshake),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.Idle, Time: time.Minute, Timeout: PingTimeout}), // pings find dead peers
+		grpc.ConnectionTimeout(l.Handshake),
 		grpc.SharedWriteBuffer(true),
 		grpc.InTapHandle(tap),
-		// A photo's message (hundreds of KiB) arrives without waiting for window updates,
-		// and in few reads.
-		grpc.InitialWindowSize(window),
-		grpc.InitialConnWindowSize(4 * window),
-		grpc.ReadBufferSize(window / 4),
+		// Set, the windows are fixed (grpc-go's estimate of the bandwidth-delay product, which
+		// grows them, is off).
+		grpc.InitialWindowSize(int32(window)),
+		grpc.InitialConnWindowSize(int32(conn)),
+		grpc.ReadBufferSize(readBuffer),
 		// Calls run on goroutines kept for them (their stacks already grown), not one new
 		// goroutine each; when all are busy grpc-go starts one as before.
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
