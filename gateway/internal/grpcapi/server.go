@@ -45,9 +45,8 @@ type Limits struct {
 
 // ServerOptions are the gRPC server's options: its limits, tap run on each call before its
 // message is read, the codec and its buffer pool (grpcio.NewCodec). A call's window is small
-// by default: a call refused at the door costs the upload of a window at most (a photo's
-// whole message under a window of a mebibyte), at a round trip per window for a larger
-// message admitted.
+// by default: a call refused at the door costs at most a window of its upload, and an admitted
+// message larger than the window waits a round trip per window for the server's updates.
 func ServerOptions(l Limits, tap tap.ServerInHandle, codec *grpcio.Codec, pool *grpcio.BufferPool) []grpc.ServerOption {
 	window := min(max(l.CallWindow, minWindow), 1<<30)
 	conn := min(max(connWindows*window, minConnWindow), 1<<30)
