@@ -74,7 +74,7 @@ func (w *expectWorker) do(start time.Time, seq, intended int64, warm bool) sampl
 		body, extra = b.Data, b.Headers
 	}
 	t0 := time.Now()
-	status, in, sentBody, err := w.roundTrip(body, extra, t0.Add(w.cfg.Timeout))
+	status, in, sentBody, expired, err := w.roundTrip(body, extra, t0.Add(w.cfg.Timeout))
 	t1 := time.Now()
 	s := sample{sent: int64(t0.Sub(start)), done: int64(t1.Sub(start)), warm: warm, intended: intended}
 	if !w.cfg.OpenLoop() {
@@ -88,17 +88,18 @@ func (w *expectWorker) do(start time.Time, seq, intended int64, warm bool) sampl
 		s.kind, s.err = classify(err), err
 		return s
 	}
-	s.status, s.bytesIn = int32(status), in
+	s.status, s.bytesIn, s.expired = int32(status), in, expired
 	return s
 }
 
-// roundTrip sends one request and reads its final answer; it reports whether the body was sent.
-func (w *expectWorker) roundTrip(body []byte, extra []Header, deadline time.Time) (status int, in int64, sentBody bool, err error) {
+// roundTrip sends one request and reads its final answer; it reports whether the body was sent
+// and whether the answer is a refusal given after a wait (RefusalHeader).
+func (w *expectWorker) roundTrip(body []byte, extra []Header, deadline time.Time) (status int, in int64, sentBody, expired bool, err error) {
 	if w.conn == nil {
 		d := net.Dialer{Deadline: deadline}
 		if w.conn, err = d.Dial("tcp", w.addr); err != nil {
 			w.conn = nil
-			return 0, 0, false, err
+			return 0, 0, false, false, err
 		}
 		w.br = bufio.NewReaderSize(w.conn, 16<<10)
 	}
@@ -109,26 +110,26 @@ func (w *expectWorker) roundTrip(body []byte, extra []Header, deadline time.Time
 	}
 	w.buf = fmt.Appendf(w.buf, "Content-Length: %d\r\n\r\n", len(body))
 	if _, err = w.conn.Write(w.buf); err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
 	// Wait for "100 Continue" (or a final answer), expectWait at most.
 	w.conn.SetReadDeadline(minDeadline(deadline, time.Now().Add(expectWait)))
-	status, closeAfter, n, err := w.readResponse()
+	status, closeAfter, expired, n, err := w.readResponse()
 	var ne net.Error
 	switch {
 	case err != nil && errors.As(err, &ne) && ne.Timeout() && time.Now().Before(deadline):
 		status = 100 // no answer in time: send the body, as curl does
 	case err != nil:
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
 	w.conn.SetReadDeadline(deadline)
 	if status == 100 {
 		if _, err = w.conn.Write(body); err != nil {
-			return 0, 0, true, err
+			return 0, 0, true, false, err
 		}
 		sentBody = true
-		if status, closeAfter, n, err = w.readResponse(); err != nil {
-			return 0, 0, true, err
+		if status, closeAfter, expired, n, err = w.readResponse(); err != nil {
+			return 0, 0, true, false, err
 		}
 	}
 	if closeAfter || !sentBody && len(body) > 0 {
@@ -136,7 +137,7 @@ func (w *expectWorker) roundTrip(body []byte, extra []Header, deadline time.Time
 		// whether the body was started), and the next request goes on a new one.
 		w.close()
 	}
-	return status, n, sentBody, nil
+	return status, n, sentBody, expired, nil
 }
 
 func minDeadline(a, b time.Time) time.Time {
@@ -147,37 +148,39 @@ func minDeadline(a, b time.Time) time.Time {
 }
 
 // readResponse reads one response (a 1xx is returned as is, with no body) and reports its
-// status, whether the server closes the connection after it, and its body's size.
-func (w *expectWorker) readResponse() (status int, closeAfter bool, n int64, err error) {
+// status, whether the server closes the connection after it, whether it marks a refusal given
+// after a wait (RefusalHeader: RefusalExpired), and its body's size.
+func (w *expectWorker) readResponse() (status int, closeAfter, expired bool, n int64, err error) {
 	tp := textproto.NewReader(w.br)
 	line, err := tp.ReadLine()
 	if err != nil {
-		return 0, false, 0, err
+		return 0, false, false, 0, err
 	}
 	_, code, ok := strings.Cut(line, " ")
 	if len(code) < 3 || !ok {
-		return 0, false, 0, fmt.Errorf("loadtest: malformed status line %q", line)
+		return 0, false, false, 0, fmt.Errorf("loadtest: malformed status line %q", line)
 	}
 	if status, err = strconv.Atoi(code[:3]); err != nil {
-		return 0, false, 0, fmt.Errorf("loadtest: malformed status line %q", line)
+		return 0, false, false, 0, fmt.Errorf("loadtest: malformed status line %q", line)
 	}
 	hdr, err := tp.ReadMIMEHeader()
 	if err != nil {
-		return 0, false, 0, err
+		return 0, false, false, 0, err
 	}
 	if status >= 100 && status < 200 {
-		return status, false, 0, nil
+		return status, false, false, 0, nil
 	}
 	closeAfter = strings.EqualFold(hdr.Get("Connection"), "close")
+	expired = hdr.Get(RefusalHeader) == RefusalExpired
 	if cl := hdr.Get("Content-Length"); cl != "" {
 		size, err := strconv.ParseInt(cl, 10, 64)
 		if err != nil || size < 0 {
-			return 0, false, 0, fmt.Errorf("loadtest: malformed Content-Length %q", cl)
+			return 0, false, false, 0, fmt.Errorf("loadtest: malformed Content-Length %q", cl)
 		}
 		n, err = io.CopyN(io.Discard, w.br, size)
-		return status, closeAfter, n, err
+		return status, closeAfter, expired, n, err
 	}
 	// No length (the gateway always sends one): the body runs to the connection's end.
 	n, err = io.Copy(io.Discard, w.br)
-	return status, true, n, err
+	return status, true, expired, n, err
 }

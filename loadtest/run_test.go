@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -67,29 +68,40 @@ func TestClosedLoopCountsAndLatency(t *testing.T) {
 
 // TestExpiredRefusals: refusals a server marks as given after a wait in its line
 // (X-Refusal: expired) are counted and timed apart from those given at once; both are refusals.
+// The same from clients that send Expect: 100-continue, whose answers the load generator reads
+// itself (a refusal before the body, and one after it).
 func TestExpiredRefusals(t *testing.T) {
-	var n atomic.Int64
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		switch n.Add(1) % 4 {
-		case 0:
-			time.Sleep(20 * time.Millisecond)
-			w.Header().Set(RefusalHeader, RefusalExpired)
-			w.WriteHeader(503)
-		case 1:
-			w.Header().Set(RefusalHeader, "queue_time")
-			w.WriteHeader(503)
-		}
-	})
-	s := mustRun(t, Config{URL: srv.URL, Concurrency: 1, Requests: 100, KeepAlive: true}).Summary
-	if s.OK2xx != 50 || s.Refused != 50 || s.Expired != 25 || s.StatusCodes["503"] != 50 {
-		t.Fatalf("counts: %+v", s)
-	}
-	if s.RefusalLatency.Max >= 15 || s.ExpiredLatency.Min < 19 {
-		t.Errorf("refusals at once up to %.1f ms, expired from %.1f ms: want under 15 and from 19", s.RefusalLatency.Max, s.ExpiredLatency.Min)
-	}
-	var txt strings.Builder
-	if err := (&Result{Summary: s}).WriteText(&txt); err != nil || !strings.Contains(txt.String(), "25 marked X-Refusal: expired") {
-		t.Errorf("the text report does not show the expired refusals (%v):\n%s", err, txt.String())
+	for _, expect := range []bool{false, true} {
+		t.Run(fmt.Sprintf("expect=%v", expect), func(t *testing.T) {
+			var n atomic.Int64
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				switch n.Add(1) % 4 {
+				case 0:
+					io.ReadAll(r.Body) // under Expect, "100 Continue" and the body first
+					time.Sleep(20 * time.Millisecond)
+					w.Header().Set(RefusalHeader, RefusalExpired)
+					w.WriteHeader(503)
+				case 1:
+					w.Header().Set(RefusalHeader, "queue_time")
+					w.WriteHeader(503)
+				}
+			})
+			cfg := Config{URL: srv.URL, Concurrency: 1, Requests: 100, KeepAlive: true}
+			if expect {
+				cfg.Bodies, cfg.ExpectContinue = []Body{{Data: []byte("payload")}}, true
+			}
+			s := mustRun(t, cfg).Summary
+			if s.OK2xx != 50 || s.Refused != 50 || s.Expired != 25 || s.StatusCodes["503"] != 50 {
+				t.Fatalf("counts: %+v", s)
+			}
+			if s.RefusalLatency.Max >= 15 || s.ExpiredLatency.Min < 19 {
+				t.Errorf("refusals at once up to %.1f ms, expired from %.1f ms: want under 15 and from 19", s.RefusalLatency.Max, s.ExpiredLatency.Min)
+			}
+			var txt strings.Builder
+			if err := (&Result{Summary: s}).WriteText(&txt); err != nil || !strings.Contains(txt.String(), "25 marked X-Refusal: expired") {
+				t.Errorf("the text report does not show the expired refusals (%v):\n%s", err, txt.String())
+			}
+		})
 	}
 }
 
