@@ -81,7 +81,11 @@ block() {
         if (k == "gateway") printf "| **%s** | **%s** | **%s** | **%s** | **%s** |\n", row[k], v[1], v[2], v[3], v[4]
         else printf "| %s | %s | %s | %s | %s |\n", row[k], v[1], v[2], v[3], v[4]
       }
-      printf "\nThat is %s of the in-process ceiling of its own work (decode, preprocess and inference with no\nHTTP).\n", ceiling
+      split(fig["gateway"], g, "|")
+      vs = ""
+      if ("node" in row) { split(fig["node"], v, "|"); vs = vs sprintf(", %.1f times the requests a second of Node.js", g[1] / v[1]) }
+      if ("torch" in row) { split(fig["torch"], v, "|"); vs = vs sprintf(("node" in row) ? " and %.1f times PyTorch'"'"'s" : ", %.1f times the requests a second of PyTorch", g[1] / v[1]) }
+      printf "\nThat is %s of the in-process ceiling of its own work (decode, preprocess and inference with no\nHTTP)%s.\n", ceiling, vs
     }
   ' "$REPORT"
 }
