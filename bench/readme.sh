@@ -83,8 +83,12 @@ block() {
       }
       split(fig["gateway"], g, "|")
       vs = ""
-      if ("node" in row) { split(fig["node"], v, "|"); vs = vs sprintf(", %.1f times the requests a second of Node.js", g[1] / v[1]) }
-      if ("torch" in row) { split(fig["torch"], v, "|"); vs = vs sprintf(("node" in row) ? " and %.1f times PyTorch'"'"'s" : ", %.1f times the requests a second of PyTorch", g[1] / v[1]) }
+      # the ratios to the peers that answered (a peer at 0 req/s has none)
+      nodeOK = torchOK = 0
+      if ("node" in row) { split(fig["node"], v, "|"); nodeReq = v[1] + 0; nodeOK = nodeReq > 0 }
+      if ("torch" in row) { split(fig["torch"], v, "|"); torchReq = v[1] + 0; torchOK = torchReq > 0 }
+      if (nodeOK) vs = vs sprintf(", %.1f times the requests a second of Node.js", g[1] / nodeReq)
+      if (torchOK) vs = vs sprintf(nodeOK ? " and %.1f times PyTorch'"'"'s" : ", %.1f times the requests a second of PyTorch", g[1] / torchReq)
       printf "\nThat is %s of the in-process ceiling of its own work (decode, preprocess and inference with no\nHTTP)%s.\n", ceiling, vs
     }
   ' "$REPORT"
