@@ -85,12 +85,13 @@ FUZZSECONDS ?= 30
 # duration, Go's coordinator can fail a run that found nothing with "context deadline
 # exceeded" (it reads its deadline's context before the child it compares with is cancelled,
 # golang/go#75804), which failed CI twice in a row on FuzzJPEG. A count has no deadline to race.
-# -fuzzminimizetime bounds each minimization by a count as well. A target missing here fails.
+# -fuzzminimizetime bounds each minimization by a count as well. A target missing here fails;
+# internal/layout's TestFuzzTargetsRun checks that every fuzz target is listed and has a rate.
 FUZZ_RATES := FuzzDecodeStdBase64=69000 FuzzBody=49000 FuzzUnmarshalInfer=10000 \
   FuzzGRPCModelInfer=4000 FuzzProcess=2500 FuzzJPEG=10000 FuzzPNG=9000 FuzzWebP=1300 \
-  FuzzPooledMatchesFresh=4300 FuzzProbe=3200 FuzzDecode=35000
+  FuzzPooledMatchesFresh=4300 FuzzProbe=3200 FuzzDecode=35000 FuzzDecodeResponse=9000
 fuzz:
-	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess ./postprocess; do \
+	@set -e; for pkg in ./gateway/internal/wire ./gateway/internal/grpcio ./gateway ./preprocess ./postprocess ./loadtest/oipgrpc; do \
 	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    rate=$$(printf '%s\n' $(FUZZ_RATES) | sed -n "s/^$$f=//p"); \
 	    if [ -z "$$rate" ]; then echo "fuzz: $$f has no rate in the Makefile's FUZZ_RATES"; exit 1; fi; \
