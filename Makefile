@@ -84,7 +84,7 @@ FUZZSECONDS ?= 30
 # machines (its executions per second there below), never a duration: with -fuzztime as a
 # duration, Go's coordinator can fail a run that found nothing with "context deadline
 # exceeded" (it reads its deadline's context before the child it compares with is cancelled,
-# golang/go#75804), which failed CI twice in a row on FuzzJPEG. A count has no deadline to race.
+# golang/go#75804, fixed in Go 1.27). A count has no deadline to race.
 # -fuzzminimizetime bounds each minimization by a count as well. A target missing here fails;
 # internal/layout's TestFuzzTargetsRun checks that every fuzz target is listed and has a rate.
 FUZZ_RATES := FuzzDecodeStdBase64=69000 FuzzBody=49000 FuzzUnmarshalInfer=10000 \
