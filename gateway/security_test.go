@@ -535,11 +535,17 @@ func TestKeysAndAdmissionCountedApart(t *testing.T) {
 	run.gate = make(chan struct{}) // after the model's warm-up run
 	img := solidPNG(t, 8, 8, 40)
 	m := ts.s.models.Load().byName["m"][0]
-	// One request of each key takes the model's queue: held until the gate opens.
+	// One request of each key takes the model's queue: held until the gate opens. The second
+	// is sent once the first runs: until the batcher takes the first into a run, it holds the
+	// batcher's one place (max_queue_size), and the second would be refused.
 	held := make(chan reply, 2)
-	for _, k := range []string{keyOne, keyB} {
+	warm := run.entered.Load()
+	for i, k := range []string{keyOne, keyB} {
 		go func() { held <- ts.do("POST", "/models/m/predict", "image/png", img, "X-API-Key", k) }()
 		waitUntil(t, func() bool { return ts.s.sec.keys.Lookup([]byte(k)).Inflight() == 1 })
+		if i == 0 {
+			waitUntil(t, func() bool { return run.entered.Load() > warm })
+		}
 	}
 	waitUntil(t, func() bool { return m.pending.Load() >= m.queueCap })
 
