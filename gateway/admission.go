@@ -24,7 +24,7 @@ func (s *Server) ask(m *model, arrived, deadline time.Time, declared int64, prio
 	answer, _ := m.impl.predict(priority)
 	wait, _ := m.impl.predictWait(priority)
 	return admit.Ask{Arrived: arrived, Deadline: deadline, Declared: declared, Decodes: decodes,
-		Model: admit.Model{Pending: m.pending.Load(), Cap: m.queueCap, Target: m.queueTarget, Answer: answer, Wait: wait}}
+		Model: admit.Model{Pending: m.pending.Load(), Cap: m.capNow(), Target: m.queueTarget, Answer: answer, Wait: wait}}
 }
 
 // door admits a request before any of its body is read (the pipeline's first stage, for HTTP

@@ -1,11 +1,16 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/imagegate/imagegate/batcher"
 	"github.com/imagegate/imagegate/gateway/internal/admit"
 )
 
@@ -115,4 +120,42 @@ func TestLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.Shutdown(ctx)
+}
+
+// TestQueueBoundAtTheDoor: max_queue_size counts the samples waiting beyond those running, and
+// the door holds it. With a sample held in the batcher's queue by the batch window and
+// max_queue_size 1, the next request is refused at the door, before its body (no "100
+// Continue"), not by the batcher once its body was read and decoded.
+func TestQueueBoundAtTheDoor(t *testing.T) {
+	mo := modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 2)})
+	mo.Batching = batcher.Config{MaxBatchSize: 2, MaxQueueSize: 1, MaxQueueDelay: 500 * time.Millisecond}
+	ts := newTestServer(t, testOptions(), mo)
+	img := solidPNG(t, 8, 8, 40)
+	first := make(chan reply, 1)
+	go func() { first <- ts.do("POST", "/models/m/predict", "image/png", img) }()
+	waitUntil(t, func() bool { return ts.metric(`gateway_queue_length{model="m",version="1"}`) == 1 })
+	if r := ts.do("POST", "/models/m/predict", "image/png", img); r.status != 503 || !strings.Contains(string(r.body), "max_queue_size") {
+		t.Errorf("a request beyond max_queue_size: %d %s", r.status, r.body)
+	}
+	c, err := ts.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST /models/m/predict HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", len(img))
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 503 {
+		t.Errorf("Expect: 100-continue beyond max_queue_size: %v %v", resp, err)
+	}
+	if r := <-first; r.status != 200 {
+		t.Errorf("the sample in the window: %d %s", r.status, r.body)
+	}
+	for series, want := range map[string]float64{
+		`gateway_refusals_total{stage="queue"}`:                                  2,
+		`gateway_queue_dropped_total{model="m",version="1",reason="queue_full"}`: 0, // the batcher's
+	} {
+		if v := ts.metric(series); v != want {
+			t.Errorf("%s = %v, want %v", series, v, want)
+		}
+	}
 }

@@ -131,7 +131,7 @@ func (r *metricsRegistry) model(m *model) *modelMetrics {
 		})
 	}
 	gauge("gateway_queue_length", func(m *model) float64 { return float64(m.impl.queueLen()) })
-	gauge("gateway_queue_capacity", func(m *model) float64 { return float64(m.queueCap - int64(m.maxBatch*m.instances)) })
+	gauge("gateway_queue_capacity", func(m *model) float64 { return float64(m.maxQueue) })
 	gauge("gateway_pending_samples", func(m *model) float64 { return float64(m.pending.Load()) })
 	gauge("gateway_max_batch_size", func(m *model) float64 { return float64(m.maxBatch) })
 	gauge("gateway_adaptive_batch_cap", func(m *model) float64 { return float64(m.impl.adaptiveCap()) })

@@ -44,9 +44,12 @@ type model struct {
 	defaultTimeout time.Duration
 	maxBatch       int
 	instances      int
-	// queueCap bounds the samples admitted and not yet running: max_queue_size plus a batch
-	// per instance.
-	queueCap int64
+	// maxQueue (max_queue_size) bounds the samples admitted and not yet in a run: the door
+	// admits while pending is within maxQueue plus the samples running, so that the batcher,
+	// which holds the same bound on its queue, never refuses a sample admitted (nor one whose
+	// body was read). queueCap, maxQueue plus a batch per instance, is the most pending reaches.
+	maxQueue, queueCap int64
+	running            atomic.Int64 // samples in a running batch
 	// queueTarget bounds the time a request may wait in line, for a decode worker and in the
 	// batcher (batching.queue_target; 0: no bound but its deadline).
 	queueTarget time.Duration
@@ -173,7 +176,8 @@ func newModel(o ModelOptions, s *Server) (*model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: model %s: %w", o.Name, err)
 	}
-	m.queueCap = int64(o.Batching.MaxQueueSize + m.maxBatch*m.instances)
+	m.maxQueue = int64(o.Batching.MaxQueueSize)
+	m.queueCap = m.maxQueue + int64(m.maxBatch*m.instances)
 	m.queueTarget = o.QueueTarget
 	m.met = met.model(m)
 	m.stats = stats.New(m.maxBatch)
@@ -213,12 +217,15 @@ func (m *model) startClosing() <-chan struct{} {
 	return m.idle
 }
 
+// capNow bounds the samples pending now: max_queue_size waiting beyond those running.
+func (m *model) capNow() int64 { return m.maxQueue + m.running.Load() }
+
 // admit counts n more samples against the model's queue bound.
 func (m *model) admit(n int) error {
 	for {
-		p := m.pending.Load()
-		if p+int64(n) > m.queueCap {
-			return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, m.name, p)
+		p, c := m.pending.Load(), m.capNow()
+		if p+int64(n) > c {
+			return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, m.name, p-(c-m.maxQueue))
 		}
 		if m.pending.CompareAndSwap(p, p+int64(n)) {
 			return nil
@@ -398,6 +405,8 @@ func (t *typedModel[T]) run(instance int, jobs []*job[T], _ []struct{}) (err err
 	start := time.Now()
 	var filled, inferred time.Time // the input tensor filled; the model run
 	t.m.watch.Begin(instance, start)
+	t.m.running.Add(int64(len(jobs)))
+	defer t.m.running.Add(-int64(len(jobs)))
 	var span trace.Span
 	if tr := t.m.tracer; tr != nil {
 		span = batchSpan(tr, t.m, instance, len(jobs), start, func(yield func(trace.SpanContext) bool) {
