@@ -460,7 +460,9 @@ func TestTLSHostileClients(t *testing.T) {
 	per := (held - base) / n
 	t.Logf("RSS: %d MiB before, %d MiB with %d stalled handshakes (%.1f KiB each; a stalled plain-text request line: %.1f KiB), %d MiB once they were closed",
 		base>>20, held>>20, n, float64(per)/1024, float64(plainPer)/1024, after>>20)
-	if per > plainPer+16<<10 {
+	// A race-instrumented server (GATEWAY_RACE) holds several times the memory, its shadow
+	// unevenly: the bound is checked against the plain server only.
+	if per > plainPer+16<<10 && os.Getenv("GATEWAY_RACE") == "" {
 		t.Errorf("a stalled handshake holds %d KiB, a stalled plain-text request %d KiB", per>>10, plainPer>>10)
 	}
 	if v := s.metricTLS(t, `gateway_tls_handshake_failures_total{listener="http"}`); v < n {
