@@ -180,8 +180,8 @@ func (r DropReason) String() string {
 type Hooks struct {
 	// QueueWait is called per item with the time from Submit to dispatch.
 	QueueWait func(d time.Duration)
-	// Batch is called after each run call with its instance, batch size,
-	// run duration and the error run returned.
+	// Batch is called after each run call, before its items are answered, with
+	// its instance, batch size, run duration and the error run returned.
 	Batch func(instance, size int, run time.Duration, err error)
 	// Dropped is called for each item dropped or refused without being run.
 	Dropped func(reason DropReason)

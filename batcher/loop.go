@@ -221,6 +221,10 @@ func (b *Batcher[In, Out]) runBatch(l *loopState[In, Out]) {
 	if runErr != nil {
 		err = &RunError{Instance: l.instance, Size: n, Err: runErr}
 	}
+	// Counted before the answers go: a caller that has its answer finds its batch counted.
+	if h := b.hooks.Batch; h != nil {
+		h(l.instance, n, d, runErr)
+	}
 	var zero Out
 	for i, it := range l.items {
 		if err == nil {
@@ -246,7 +250,4 @@ func (b *Batcher[In, Out]) runBatch(l *loopState[In, Out]) {
 		b.st.Failed += uint64(n)
 	}
 	b.mu.Unlock()
-	if h := b.hooks.Batch; h != nil {
-		h(l.instance, n, d, runErr)
-	}
 }
