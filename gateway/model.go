@@ -223,9 +223,9 @@ func (m *model) capNow() int64 { return m.maxQueue + m.running.Load() }
 // admit counts n more samples against the model's queue bound.
 func (m *model) admit(n int) error {
 	for {
-		p, c := m.pending.Load(), m.capNow()
-		if p+int64(n) > c {
-			return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, m.name, p-(c-m.maxQueue))
+		p, running := m.pending.Load(), m.running.Load()
+		if p+int64(n) > m.maxQueue+running {
+			return fmt.Errorf("%w: model %s has %d samples waiting (batching.max_queue_size)", errQueueFull, m.name, p-running)
 		}
 		if m.pending.CompareAndSwap(p, p+int64(n)) {
 			return nil

@@ -536,8 +536,8 @@ func TestKeysAndAdmissionCountedApart(t *testing.T) {
 	img := solidPNG(t, 8, 8, 40)
 	m := ts.s.models.Load().byName["m"][0]
 	// One request of each key takes the model's queue: held until the gate opens. The second
-	// is sent once the first runs: until the batcher takes the first into a run, it holds the
-	// batcher's one place (max_queue_size), and the second would be refused.
+	// is sent once the first runs: until then the first holds max_queue_size's one place, and
+	// the second would be refused.
 	held := make(chan reply, 2)
 	warm := run.entered.Load()
 	for i, k := range []string{keyOne, keyB} {

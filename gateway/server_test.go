@@ -429,9 +429,8 @@ func TestAdmission(t *testing.T) {
 	f.gate = make(chan struct{})
 	img := solidPNG(t, 16, 16, 7)
 	// 1 running (blocked in Run) + 2 queued fill the model: max_queue_size plus a batch. The
-	// first is running before the others are sent: until the batch loop takes it, it is one
-	// of the queue's 2 places, and the batcher refuses the third (1 run in 10-55 did so when
-	// all three were sent at once).
+	// first is running before the others are sent: until then it is one of the queue's 2
+	// places, and the third would be refused.
 	var wg sync.WaitGroup
 	results := make([]reply, 3)
 	warm := f.entered.Load()
