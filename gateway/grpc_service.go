@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -62,12 +63,83 @@ func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
 	pool := &grpcio.BufferPool{}
 	codec := grpcio.NewCodec(pool)
 	opts := grpcapi.ServerOptions(grpcapi.Limits{MaxBody: s.opts.MaxBodyBytes, CallWindow: s.opts.GRPCCallWindow, Idle: s.opts.IdleTimeout, Handshake: s.opts.ReadTimeout},
-		s.grpcAuth, codec, pool) // grpcAuth, then grpcTap
+		s.grpcDoor, codec, pool) // grpcAuth, then grpcTap
+	opts = append(opts, grpc.ChainUnaryInterceptor(heldRefusalUnary), grpc.ChainStreamInterceptor(heldRefusalStream),
+		grpc.UnknownServiceHandler(unknownMethod))
 	srv := grpc.NewServer(append(opts, s.grpcCreds()...)...)
-	inference.RegisterGRPCInferenceServiceServer(srv, &grpcService{s: s, codec: codec})
+	desc := inference.GRPCInferenceService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods { // refused before their message is read
+		desc.Methods[i].Handler = refuseHeldFirst(desc.Methods[i].Handler)
+	}
+	srv.RegisterService(&desc, &grpcService{s: s, codec: codec})
 	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.life.stop})
 	reflection.Register(srv)
 	return srv, codec
+}
+
+// tapRefusalHold bounds how long a call refused at the tap may hold memory. grpc-go arms a
+// timer for a call's deadline before its tap runs and, when the tap refuses the call, leaves it
+// armed until the deadline (about 160 bytes a call): a call due later than this is let through
+// the tap with its refusal (heldRefusal) and refused by its handler before its message is read;
+// the call's end stops the timer. The tap's refusal is the cheaper one, kept for the deadlines
+// most clients set.
+const tapRefusalHold = time.Minute
+
+// heldRefusal is the context key of a refusal decided at the tap and answered by the handler.
+type heldRefusal struct{}
+
+// grpcDoor is the gRPC server's tap (grpcAuth, then grpcTap): a refusal of a call due later
+// than tapRefusalHold is handed to its handler (heldRefusal), counted as the tap counted it.
+func (s *Server) grpcDoor(ctx context.Context, info *tap.Info) (context.Context, error) {
+	out, err := s.grpcAuth(ctx, info)
+	if err == nil {
+		return out, nil
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > tapRefusalHold {
+		return context.WithValue(ctx, heldRefusal{}, err), nil
+	}
+	return out, err
+}
+
+// heldRefusalOf is the refusal the tap handed a call's handler, or nil.
+func heldRefusalOf(ctx context.Context) error {
+	err, _ := ctx.Value(heldRefusal{}).(error)
+	return err
+}
+
+// refuseHeldFirst wraps a unary method's handler: a call refused at the tap is answered before
+// its message is read.
+func refuseHeldFirst(h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
+		if err := heldRefusalOf(ctx); err != nil {
+			return nil, err
+		}
+		return h(srv, ctx, dec, in)
+	}
+}
+
+// heldRefusalUnary and heldRefusalStream answer the held refusals of the other services'
+// calls (health, reflection) and of streams, before their handlers run.
+func heldRefusalUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := heldRefusalOf(ctx); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func heldRefusalStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := heldRefusalOf(ss.Context()); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// unknownMethod answers a method no service has, as grpc-go does, once the stream interceptor
+// has answered its held refusal (an unauthenticated call learns nothing of the methods).
+func unknownMethod(_ any, ss grpc.ServerStream) error {
+	m, _ := grpc.Method(ss.Context())
+	return status.Errorf(codes.Unimplemented, "unknown method %s", m)
 }
 
 // grpcTap is the door of a ModelInfer call, before grpc-go reads its message: the call is

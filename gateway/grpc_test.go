@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -786,4 +787,68 @@ func TestGRPCRefusedCallsCostAWindow(t *testing.T) {
 		open()
 		wg.Wait()
 	}
+}
+
+// TestGRPCRefusalsHoldNothing: a call refused at the door holds nothing once answered, whatever
+// its deadline. grpc-go arms a timer for a call's deadline before the tap runs, and a call the
+// tap refuses keeps it until that deadline: clients refused with an hour's deadline grew the heap
+// by about 160 bytes a refusal, held for the hour. Refused calls with a short deadline and with a
+// long one are answered alike, and counted once.
+func TestGRPCRefusalsHoldNothing(t *testing.T) {
+	const calls = 2000
+	f := newFake[float32](3*side*side, 3, 1)
+	mo := modelOpts("m", RunnersOf[float32]{f})
+	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 1}
+	ts, c, _ := newGRPCServer(t, testOptions(), mo)
+	gate := make(chan struct{})
+	f.gate = gate
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	img := solidPNG(t, 8, 8, 60)
+	m := ts.s.models.Load().byName["m"][0]
+	entered := f.entered.Load()
+	var wg sync.WaitGroup
+	for i := range 2 { // one runs (held), one waits: the queue is full
+		wg.Go(func() {
+			if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
+				t.Error(err)
+			}
+		})
+		if i == 0 {
+			waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
+		}
+		waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
+	}
+	req := imageRequest("m", img)
+	refuse := func(deadline time.Duration) error {
+		ctx, cancel := context.WithTimeout(t.Context(), deadline)
+		defer cancel()
+		_, err := c.ModelInfer(ctx, req)
+		return err
+	}
+	short, long := refuse(10*time.Second), refuse(time.Hour)
+	if status.Code(short) != codes.Unavailable || status.Code(long) != codes.Unavailable || status.Convert(short).Message() != status.Convert(long).Message() {
+		t.Fatalf("refused with a 10 s deadline: %v; with an hour's: %v", short, long)
+	}
+	liveObjects := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapObjects)
+	}
+	before := liveObjects()
+	for range calls {
+		if err := refuse(time.Hour); status.Code(err) != codes.Unavailable {
+			t.Fatalf("a call to a full queue: %v", err)
+		}
+	}
+	if grown := liveObjects() - before; grown > calls/4 {
+		t.Errorf("%d calls refused with an hour's deadline: %d more objects live on the heap; want none held per call", calls, grown)
+	}
+	if v := ts.metric(`gateway_requests_total{model="m",version="1",code="503"}`); v != calls+2 {
+		t.Errorf("refusals counted %v, want %d", v, calls+2)
+	}
+	open()
+	wg.Wait()
 }

@@ -435,9 +435,20 @@ func TestKeysOverGRPC(t *testing.T) {
 	with := func(pairs ...string) context.Context {
 		return metadata.NewOutgoingContext(t.Context(), metadata.Pairs(pairs...))
 	}
+	var refusedCtxs []context.Context
 	for _, ctx := range []context.Context{t.Context(), with("authorization", "Bearer nope-nope-nope-nope"), with("x-api-key", keyA+"x")} {
+		// Refused alike with an hour's deadline (refused by the handler: TestGRPCRefusalsHoldNothing).
+		long, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		refusedCtxs = append(refusedCtxs, ctx, long)
+	}
+	unknown := "/" + inference.GRPCInferenceService_ServiceDesc.ServiceName + "/NoSuchMethod"
+	for _, ctx := range refusedCtxs {
 		if _, err := c.ModelInfer(ctx, imageRequest("m", img)); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("ModelInfer: %v", err)
+		}
+		if err := cc.Invoke(ctx, unknown, &inference.ServerLiveRequest{}, &inference.ServerLiveResponse{}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("a method no service has: %v", err)
 		}
 		if _, err := c.ModelMetadata(ctx, &inference.ModelMetadataRequest{Name: "m"}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("ModelMetadata: %v", err)
@@ -458,6 +469,9 @@ func TestKeysOverGRPC(t *testing.T) {
 		t.Errorf("health, open: %v %v", r, err)
 	}
 	a, b := with("authorization", "Bearer "+keyA), with("x-api-key", keyB)
+	if err := cc.Invoke(b, unknown, &inference.ServerLiveRequest{}, &inference.ServerLiveResponse{}); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "NoSuchMethod") {
+		t.Errorf("a method no service has, with a key: %v", err)
+	}
 	if _, err := c.ModelInfer(a, imageRequest("other", img)); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("key a on another model: %v", err)
 	}
