@@ -80,7 +80,7 @@ func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
 
 // tapRefusalHold bounds how long a call refused at the tap may hold memory. grpc-go arms a
 // timer for a call's deadline before its tap runs and, when the tap refuses the call, leaves it
-// armed until the deadline (about 160 bytes a call): a call due later than this is let through
+// armed, with the call's context, until the deadline: a call due later than this is let through
 // the tap with its refusal (heldRefusal) and refused by its handler before its message is read;
 // the call's end stops the timer. The tap's refusal is the cheaper one, kept for the deadlines
 // most clients set.

@@ -300,26 +300,8 @@ func TestGRPCRefusalsAreUnavailable(t *testing.T) {
 			all = append(all, modelOpts("other", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
 		}
 		ts, c, _ := newGRPCServer(t, testOptions(), all...)
-		gate := make(chan struct{})
-		f.gate = gate
-		var opened sync.Once
-		open := func() { opened.Do(func() { close(gate) }) }
-		t.Cleanup(open) // a failed check must not leave the run held
 		img := solidPNG(t, 8, 8, 60)
-		m := ts.s.models.Load().byName["m"][0]
-		entered := f.entered.Load() // the warm-up's runs
-		var wg sync.WaitGroup
-		for i := range 2 { // one runs (held by the gate), one waits: the queue holds 2 samples
-			wg.Go(func() {
-				if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
-					t.Error(err)
-				}
-			})
-			if i == 0 { // in the run: queueLen is 0 before the submission too
-				waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
-			}
-			waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
-		}
+		release := holdFullQueue(t, c, f, ts.s.models.Load().byName["m"][0], img)
 		var trailer metadata.MD
 		_, err := c.ModelInfer(t.Context(), imageRequest("m", img), grpc.Trailer(&trailer))
 		if status.Code(err) != codes.Unavailable || models == 2 && len(trailer.Get("retry-after")) != 1 {
@@ -328,8 +310,7 @@ func TestGRPCRefusalsAreUnavailable(t *testing.T) {
 		if v := ts.metric(`gateway_requests_total{model="m",version="1",code="503"}`); v != 1 {
 			t.Errorf("%d models: refusals counted %v", models, v)
 		}
-		open()
-		wg.Wait()
+		release()
 	}
 }
 
@@ -741,26 +722,8 @@ func TestGRPCRefusedCallsCostAWindow(t *testing.T) {
 		}
 		defer cc.Close()
 		c := inference.NewGRPCInferenceServiceClient(cc)
-		gate := make(chan struct{})
-		f.gate = gate
-		var opened sync.Once
-		open := func() { opened.Do(func() { close(gate) }) }
-		t.Cleanup(open)
 		img := solidPNG(t, 8, 8, 60)
-		m := s.models.Load().byName["m"][0]
-		entered := f.entered.Load()
-		var wg sync.WaitGroup
-		for i := range 2 { // one runs (held), one waits: the queue is full
-			wg.Go(func() {
-				if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
-					t.Error(err)
-				}
-			})
-			if i == 0 {
-				waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
-			}
-			waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
-		}
+		release := holdFullQueue(t, c, f, s.models.Load().byName["m"][0], img)
 		read := func() (n int64) {
 			ln.mu.Lock()
 			defer ln.mu.Unlock()
@@ -784,42 +747,23 @@ func TestGRPCRefusedCallsCostAWindow(t *testing.T) {
 			t.Errorf("%d refused calls of %d KiB: the server read %d KiB; want at most a 64 KiB window each", calls, big>>10, got>>10)
 		}
 		t.Logf("call window %d: %d refused calls of %d KiB, %d KiB read", window, calls, big>>10, got>>10)
-		open()
-		wg.Wait()
+		release()
 	}
 }
 
 // TestGRPCRefusalsHoldNothing: a call refused at the door holds nothing once answered, whatever
 // its deadline. grpc-go arms a timer for a call's deadline before the tap runs, and a call the
-// tap refuses keeps it until that deadline: clients refused with an hour's deadline grew the heap
-// by about 160 bytes a refusal, held for the hour. Refused calls with a short deadline and with a
-// long one are answered alike, and counted once.
+// tap refuses keeps it, and its context, until that deadline (docs/operations.md, hostile
+// clients). Refused calls with a short deadline and with a long one are answered alike, and
+// counted once.
 func TestGRPCRefusalsHoldNothing(t *testing.T) {
 	const calls = 2000
 	f := newFake[float32](3*side*side, 3, 1)
 	mo := modelOpts("m", RunnersOf[float32]{f})
 	mo.Batching = batcher.Config{MaxBatchSize: 1, MaxQueueSize: 1}
 	ts, c, _ := newGRPCServer(t, testOptions(), mo)
-	gate := make(chan struct{})
-	f.gate = gate
-	var opened sync.Once
-	open := func() { opened.Do(func() { close(gate) }) }
-	t.Cleanup(open)
 	img := solidPNG(t, 8, 8, 60)
-	m := ts.s.models.Load().byName["m"][0]
-	entered := f.entered.Load()
-	var wg sync.WaitGroup
-	for i := range 2 { // one runs (held), one waits: the queue is full
-		wg.Go(func() {
-			if _, err := c.ModelInfer(t.Context(), imageRequest("m", img)); err != nil {
-				t.Error(err)
-			}
-		})
-		if i == 0 {
-			waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
-		}
-		waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
-	}
+	release := holdFullQueue(t, c, f, ts.s.models.Load().byName["m"][0], img)
 	req := imageRequest("m", img)
 	refuse := func(deadline time.Duration) error {
 		ctx, cancel := context.WithTimeout(t.Context(), deadline)
@@ -849,6 +793,34 @@ func TestGRPCRefusalsHoldNothing(t *testing.T) {
 	if v := ts.metric(`gateway_requests_total{model="m",version="1",code="503"}`); v != calls+2 {
 		t.Errorf("refusals counted %v, want %d", v, calls+2)
 	}
-	open()
-	wg.Wait()
+	release()
+}
+
+// holdFullQueue fills model m's queue (max_batch_size 1, max_queue_size 1; its runner f) over
+// gRPC: one call runs, held by f's gate, and one waits. release opens the gate and waits for
+// both answers; a failed check before it must not leave the run held, so cleanup opens it too.
+func holdFullQueue(t *testing.T, c inference.GRPCInferenceServiceClient, f *fakeRunner[float32], m *model, img []byte) (release func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	f.gate = gate
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	entered := f.entered.Load() // the warm-up's runs
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			if _, err := c.ModelInfer(t.Context(), imageRequest(m.name, img)); err != nil {
+				t.Error(err)
+			}
+		})
+		if i == 0 { // in the run: queueLen is 0 before the submission too
+			waitUntil(t, func() bool { return f.entered.Load() == entered+1 })
+		}
+		waitUntil(t, func() bool { return m.pending.Load() == int64(i+1) && m.impl.queueLen() == i })
+	}
+	return func() {
+		open()
+		wg.Wait()
+	}
 }
