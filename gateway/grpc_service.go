@@ -64,17 +64,11 @@ func (s *Server) newGRPCServer() (*grpc.Server, *grpcio.Codec) {
 	codec := grpcio.NewCodec(pool)
 	opts := grpcapi.ServerOptions(grpcapi.Limits{MaxBody: s.opts.MaxBodyBytes, CallWindow: s.opts.GRPCCallWindow, Idle: s.opts.IdleTimeout, Handshake: s.opts.ReadTimeout},
 		s.grpcDoor, codec, pool) // grpcAuth, then grpcTap
-	opts = append(opts, grpc.ChainUnaryInterceptor(heldRefusalUnary), grpc.ChainStreamInterceptor(heldRefusalStream),
-		grpc.UnknownServiceHandler(unknownMethod))
+	opts = append(opts, grpc.ChainStreamInterceptor(heldRefusalStream), grpc.UnknownServiceHandler(unknownMethod))
 	srv := grpc.NewServer(append(opts, s.grpcCreds()...)...)
-	desc := inference.GRPCInferenceService_ServiceDesc
-	desc.Methods = slices.Clone(desc.Methods)
-	for i := range desc.Methods { // refused before their message is read
-		desc.Methods[i].Handler = refuseHeldFirst(desc.Methods[i].Handler)
-	}
-	srv.RegisterService(&desc, &grpcService{s: s, codec: codec})
-	healthgrpc.RegisterHealthServer(srv, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.life.stop})
-	reflection.Register(srv)
+	registerRefusingHeld(srv, inference.GRPCInferenceService_ServiceDesc, &grpcService{s: s, codec: codec})
+	registerRefusingHeld(srv, healthgrpc.Health_ServiceDesc, &grpcapi.Health{Serving: s.grpcHealthy, Stop: s.life.stop})
+	reflection.Register(srv) // streams only
 	return srv, codec
 }
 
@@ -108,26 +102,23 @@ func heldRefusalOf(ctx context.Context) error {
 	return err
 }
 
-// refuseHeldFirst wraps a unary method's handler: a call refused at the tap is answered before
-// its message is read.
-func refuseHeldFirst(h grpc.MethodHandler) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
-		if err := heldRefusalOf(ctx); err != nil {
-			return nil, err
+// registerRefusingHeld registers a service whose unary methods answer a call's held refusal
+// before its message is read (its streams: heldRefusalStream).
+func registerRefusingHeld(srv *grpc.Server, desc grpc.ServiceDesc, impl any) {
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		h := desc.Methods[i].Handler
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
+			if err := heldRefusalOf(ctx); err != nil {
+				return nil, err
+			}
+			return h(srv, ctx, dec, in)
 		}
-		return h(srv, ctx, dec, in)
 	}
+	srv.RegisterService(&desc, impl)
 }
 
-// heldRefusalUnary and heldRefusalStream answer the held refusals of the other services'
-// calls (health, reflection) and of streams, before their handlers run.
-func heldRefusalUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := heldRefusalOf(ctx); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
+// heldRefusalStream answers a stream's held refusal before its handler runs.
 func heldRefusalStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if err := heldRefusalOf(ss.Context()); err != nil {
 		return err

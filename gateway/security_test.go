@@ -468,6 +468,12 @@ func TestKeysOverGRPC(t *testing.T) {
 	if r, err := healthgrpc.NewHealthClient(cc).Check(t.Context(), &healthgrpc.HealthCheckRequest{}); err != nil || r.Status != healthgrpc.HealthCheckResponse_SERVING {
 		t.Errorf("health, open: %v %v", r, err)
 	}
+	_, _, closed := newGRPCServer(t, keyOptions(t, testOptions()), modelOpts("m", RunnersOf[float32]{newFake[float32](3*side*side, 3, 4)}))
+	for _, ctx := range refusedCtxs {
+		if r, err := healthgrpc.NewHealthClient(closed).Check(ctx, &healthgrpc.HealthCheckRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("health, not open: %v %v", r, err)
+		}
+	}
 	a, b := with("authorization", "Bearer "+keyA), with("x-api-key", keyB)
 	if err := cc.Invoke(b, unknown, &inference.ServerLiveRequest{}, &inference.ServerLiveResponse{}); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "NoSuchMethod") {
 		t.Errorf("a method no service has, with a key: %v", err)
